@@ -1,0 +1,35 @@
+/**
+ * Object keys: the store's layout, in one place.
+ *
+ * | key                          | object                                      |
+ * |------------------------------|---------------------------------------------|
+ * | blobs/<hex>                  | pack of zstd-compressed chunks (range-read) |
+ * | blob-index/<hex>             | JSON list of the chunks in that blob (dedup) |
+ * | layers/<hex>                 | zstd(layer TOC), addressed by its sha256    |
+ * | manifests/<hex>              | zstd(image manifest), addressed by sha256   |
+ * | refs/<urlencoded name>/<tag> | ref record (JSON): current + history        |
+ *
+ * Every content-addressed object is verified against its key on read.
+ */
+import type { ImageRef } from './ref.js'
+
+export const BLOBS_PREFIX = 'blobs/'
+export const BLOB_INDEX_PREFIX = 'blob-index/'
+export const LAYERS_PREFIX = 'layers/'
+export const MANIFESTS_PREFIX = 'manifests/'
+export const REFS_PREFIX = 'refs/'
+
+export const blobKey = (hex: string): string => BLOBS_PREFIX + hex
+export const blobIndexKey = (hex: string): string => BLOB_INDEX_PREFIX + hex
+export const layerKey = (hex: string): string => LAYERS_PREFIX + hex
+export const manifestKey = (hex: string): string => MANIFESTS_PREFIX + hex
+export const refKey = (ref: ImageRef): string => `${REFS_PREFIX}${encodeURIComponent(ref.name)}/${ref.tag}`
+
+/** Inverse of refKey for listings; undefined for keys that are not refs. */
+export function refFromKey (key: string): ImageRef | undefined {
+  if (!key.startsWith(REFS_PREFIX)) return undefined
+  const rest = key.slice(REFS_PREFIX.length)
+  const slash = rest.indexOf('/')
+  if (slash <= 0 || slash === rest.length - 1) return undefined
+  try { return { name: decodeURIComponent(rest.slice(0, slash)), tag: rest.slice(slash + 1) } } catch { return undefined }
+}

@@ -1,0 +1,51 @@
+/**
+ * The object store: where all authoritative state lives.
+ *
+ * Backends (MemoryObjectStore, FsObjectStore, S3ObjectStore) implement one
+ * attempt of each operation and classify their failures into LayerdErrors.
+ * Retries and digest verification live once, above them (retrying-store.ts,
+ * src/image/objects.ts). Every backend passes store/conformance.ts.
+ *
+ * May import: src/errors.ts, src/format/. Nothing above it.
+ */
+
+export interface ObjectStat {
+  size: number
+}
+
+export interface ObjectStore {
+  /** Where this store is, for messages: `file:///…` or `s3://bucket/prefix`. */
+  readonly url: string
+
+  /**
+   * The whole object. Async. The returned buffer is owned by the caller.
+   * Throws NotFoundError when the key does not exist, StoreUnavailableError
+   * when the store cannot be reached or fails.
+   */
+  get (key: string): Promise<Buffer>
+
+  /**
+   * `length` bytes starting at `offset`. Async. Throws NotFoundError for a
+   * missing key and CorruptObjectError when the object is shorter than the
+   * range asked for (a store that lies about a blob).
+   */
+  getRange (key: string, offset: number, length: number): Promise<Buffer>
+
+  /**
+   * Write the whole object atomically: readers see either nothing (or the
+   * previous value) or all of `data`, never a prefix. Async.
+   */
+  put (key: string, data: Uint8Array): Promise<void>
+
+  /** Size of the object, or undefined when it does not exist. Async. */
+  stat (key: string): Promise<ObjectStat | undefined>
+
+  /** Every key that starts with `prefix`, in no particular order. */
+  list (prefix: string): AsyncIterable<string>
+
+  /** Remove the object. Removing a missing key is not an error. Async. */
+  delete (key: string): Promise<void>
+
+  /** Release connections and handles. Idempotent. */
+  close (): Promise<void>
+}
