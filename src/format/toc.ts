@@ -2,8 +2,8 @@
  * Layer TOC: the complete description of one layer's file tree, and of where
  * every byte of file content lives in the store.
  *
- * A TOC is a layer's diff, in tar order: entries may be whiteouts, and
- * directories may be opaque. Merging TOCs into a root filesystem is
+ * A TOC is a layer's diff, in tar order, including whiteout and opaque
+ * markers. Merging TOCs into a root filesystem is
  * `merge.ts`'s job. File content is a list of spans over chunks; a chunk is
  * the unit of fetch, verification (sha256 of its plain bytes) and dedup, and
  * lives at a byte range of a blob (a pack of zstd frames).
@@ -18,7 +18,12 @@ import { CorruptObjectError } from '../errors.js'
 import { isDigest, isHex256 } from './digest.js'
 import { isNormalizedPath } from './paths.js'
 
-export type EntryType = 'file' | 'dir' | 'symlink' | 'hardlink' | 'char' | 'block' | 'fifo' | 'whiteout'
+/**
+ * `whiteout` hides the path in lower layers (OCI `.wh.NAME`); `opaque` at a
+ * directory's path hides everything below it in lower layers (OCI
+ * `.wh..wh..opq`). Both apply to lower layers only, never to their own layer.
+ */
+export type EntryType = 'file' | 'dir' | 'symlink' | 'hardlink' | 'char' | 'block' | 'fifo' | 'whiteout' | 'opaque'
 
 /** A byte range of one chunk: `length` plain bytes starting at `offset` of chunk number `chunk` in `LayerToc.chunks`. */
 export interface ChunkSpan { chunk: number, offset: number, length: number }
@@ -52,8 +57,6 @@ export interface TocEntry {
   devMinor?: number
   /** Extended attributes, values as base64. */
   xattrs?: Record<string, string>
-  /** Directory hides everything below it in lower layers. */
-  opaque?: boolean
   /** File content, in order; the lengths sum to `size`. */
   spans?: ChunkSpan[]
 }
@@ -69,7 +72,7 @@ export interface LayerToc {
 
 export const TOC_VERSION = 1
 const TYPE_CODES: Record<EntryType, string> = {
-  file: 'f', dir: 'd', symlink: 'l', hardlink: 'h', char: 'c', block: 'b', fifo: 'p', whiteout: 'w'
+  file: 'f', dir: 'd', symlink: 'l', hardlink: 'h', char: 'c', block: 'b', fifo: 'p', whiteout: 'w', opaque: 'o'
 }
 const CODE_TYPES = new Map(Object.entries(TYPE_CODES).map(([k, v]) => [v, k as EntryType]))
 const MAX_MODE = 0o7777
@@ -82,7 +85,6 @@ export function encodeToc (toc: LayerToc): Uint8Array {
     if (e.target !== undefined) o.l = e.target
     if (e.devMajor !== undefined || e.devMinor !== undefined) o.dv = [e.devMajor ?? 0, e.devMinor ?? 0]
     if (e.xattrs !== undefined && Object.keys(e.xattrs).length > 0) o.x = sortedObject(e.xattrs)
-    if (e.opaque === true) o.o = 1
     if (e.spans !== undefined && e.spans.length > 0) o.c = e.spans.flatMap(s => [s.chunk, s.offset, s.length])
     return o
   })
@@ -147,10 +149,6 @@ function decodeEntry (raw: any, i: number, chunks: ChunkLocation[], fail: (why: 
     if (raw.x === null || typeof raw.x !== 'object' || !Object.values(raw.x).every(v => typeof v === 'string')) fail(`${where} has invalid xattrs`)
     e.xattrs = raw.x
   }
-  if (raw.o !== undefined) {
-    if (raw.o !== 1 || type !== 'dir') fail(`${where} has an invalid opaque marker`)
-    e.opaque = true
-  }
   if (raw.c !== undefined) {
     if (type !== 'file' || !Array.isArray(raw.c) || raw.c.length % 3 !== 0 || !raw.c.every(isCount)) fail(`${where} has invalid chunk spans`)
     const spans: ChunkSpan[] = []
@@ -175,4 +173,21 @@ function isCount (n: unknown): n is number {
 
 function sortedObject (o: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(o).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+}
+
+/** A chunk with its blob resolved: everything needed to fetch and verify it, on its own. */
+export interface ChunkRef {
+  /** sha256 hex of the plain bytes. */
+  digest: string
+  /** sha256 hex of the blob holding it. */
+  blob: string
+  offset: number
+  compressedLength: number
+  length: number
+}
+
+export function resolveChunk (toc: LayerToc, index: number): ChunkRef {
+  const c = toc.chunks[index]
+  if (c === undefined) throw new RangeError(`chunk ${index} is not in this TOC`)
+  return { digest: c.digest, blob: toc.blobs[c.blob]!, offset: c.offset, compressedLength: c.compressedLength, length: c.length }
 }

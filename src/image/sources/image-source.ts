@@ -1,0 +1,91 @@
+/**
+ * What push reads: an image as an OCI config plus an ordered list of layers,
+ * each a stream of normalized, policy-checked entries.
+ *
+ * Implementations (one module per input kind) live next to this file;
+ * `open-image-source.ts` detects the kind. They treat every input as
+ * hostile: see `ingest-policy.ts` for what is refused and what is neutralised.
+ *
+ * May import: src/errors.ts, src/format/, src/native.ts.
+ */
+import type { Digest } from '../../format/digest.js'
+import type { OciImageConfig } from '../../format/manifest.js'
+import type { TocEntry } from '../../format/toc.js'
+
+export type ImageSourceKind = 'oci-layout' | 'oci-archive' | 'docker-archive' | 'rootfs-tar' | 'directory'
+
+/** A TOC entry before its content is chunked: everything but `spans`. */
+export type EntryHeader = Omit<TocEntry, 'spans'>
+
+export interface LayerEntry {
+  header: EntryHeader
+  /**
+   * Content of a regular file (`header.size` bytes); undefined for every
+   * other type. Must be read to the end, or `drain()`ed, before the next
+   * entry is requested.
+   */
+  body?: AsyncIterable<Uint8Array>
+}
+
+export interface LayerSource {
+  /** For messages, e.g. `docker-archive img.tar, layer 2 of 3 (4f2a…/layer.tar)`. */
+  readonly name: string
+  /** Compressed size of the layer as stored in the input, when known (progress display). */
+  readonly inputBytes?: number
+  /**
+   * The layer's entries in input order, with whiteout (`.wh.NAME`) and
+   * opaque (`.wh..wh..opq`) markers turned into `whiteout`/`opaque` entries.
+   * Throws BadInputError naming this layer and the entry on the first
+   * problem, LimitExceededError when a limit is passed. One pass only.
+   */
+  entries (): AsyncIterable<LayerEntry>
+  /**
+   * sha256 of the uncompressed layer tar, available after `entries()` has
+   * been read to the end; `sha256:` + 64 zeros for a directory source.
+   * When the input names the layer by digest, a mismatch throws from
+   * `entries()` instead.
+   */
+  diffId (): Digest
+}
+
+export interface ImageSource {
+  readonly kind: ImageSourceKind
+  /** The path given by the user. */
+  readonly name: string
+  /** The image's OCI config; a minimal linux/amd64 config for rootfs tars and directories. */
+  readonly config: OciImageConfig
+  readonly layers: LayerSource[]
+  /** Release file handles. Idempotent. */
+  close (): Promise<void>
+}
+
+/** Bounds on what one input may make push do. Exceeding one throws LimitExceededError. */
+export interface IngestLimits {
+  /** Decompressed bytes of one layer tar. */
+  maxLayerBytes: number
+  /** Decompressed/compressed ratio, checked once `ratioFloorBytes` have been decompressed. */
+  maxCompressionRatio: number
+  ratioFloorBytes: number
+  /** Size declared by a single tar header. */
+  maxEntryBytes: number
+  /** Entries in one layer. */
+  maxEntries: number
+}
+
+export const DEFAULT_INGEST_LIMITS: IngestLimits = {
+  maxLayerBytes: 64 * 1024 ** 3,
+  maxCompressionRatio: 200,
+  ratioFloorBytes: 256 * 1024 ** 2,
+  maxEntryBytes: 32 * 1024 ** 3,
+  maxEntries: 2_000_000
+}
+
+export interface OpenImageSourceOptions {
+  limits?: Partial<IngestLimits>
+  /** Odd but accepted input (an absolute entry name made relative, say). Message names the input. */
+  warn?: (message: string) => void
+  /** Turn every warning into a BadInputError. */
+  strict?: boolean
+}
+
+export const ZERO_DIFF_ID: Digest = `sha256:${'0'.repeat(64)}`
