@@ -1,0 +1,100 @@
+/**
+ * BlobPacker: packs the new chunks of a push into blobs of about
+ * `targetBytes` compressed bytes, uploads each sealed blob and then its blob
+ * index, and records the chunks in the dedup index only once both are in the
+ * store. A push that dies keeps every sealed blob for its rerun.
+ *
+ * Uploads run in the background, at most `maxInFlight` at once; `add()`
+ * waits when that many are pending (backpressure).
+ *
+ * May import: src/errors.ts, src/format/, src/store/, this folder.
+ */
+import { createHash, type Hash } from 'node:crypto'
+import { blobKey } from '../format/keys.js'
+import type { ObjectStore } from '../store/object-store.js'
+import type { BlobChunk } from './blob-index.js'
+import { putBlobIndex } from './blob-index.js'
+import type { ChunkIndex } from './chunk-index.js'
+import type { EncodedChunk } from './chunk-encoder.js'
+
+/** A blob being filled; `digest` is set when it is sealed. */
+export interface PackHandle { digest: string | undefined }
+
+export interface PackedChunk { pack: PackHandle, offset: number, compressedLength: number, length: number }
+
+export interface PackerStats { blobs: number, uploadedBytes: number, chunks: number, plainBytes: number }
+
+export const DEFAULT_PACK_BYTES = 16 * 1024 * 1024
+
+export class BlobPacker {
+  readonly #store: Pick<ObjectStore, 'put'>
+  readonly #index: ChunkIndex
+  readonly #targetBytes: number
+  readonly #maxInFlight: number
+  #handle: PackHandle = { digest: undefined }
+  #frames: Uint8Array[] = []
+  #chunks: BlobChunk[] = []
+  #bytes = 0
+  #hash: Hash = createHash('sha256')
+  readonly #inFlight = new Set<Promise<void>>()
+  #failure: unknown
+  readonly stats: PackerStats = { blobs: 0, uploadedBytes: 0, chunks: 0, plainBytes: 0 }
+
+  constructor (store: Pick<ObjectStore, 'put'>, index: ChunkIndex, opts: { targetBytes?: number, maxInFlight?: number } = {}) {
+    this.#store = store
+    this.#index = index
+    this.#targetBytes = opts.targetBytes ?? DEFAULT_PACK_BYTES
+    this.#maxInFlight = opts.maxInFlight ?? 2
+  }
+
+  /** Append a new chunk. Async: waits only when a sealed blob must wait for upload capacity. Rethrows an earlier upload failure. */
+  async add (chunk: EncodedChunk): Promise<PackedChunk> {
+    this.#throwIfFailed()
+    const placed: PackedChunk = { pack: this.#handle, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length }
+    this.#frames.push(chunk.compressed)
+    this.#hash.update(chunk.compressed)
+    this.#chunks.push({ digest: chunk.digest, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length })
+    this.#bytes += chunk.compressed.length
+    this.stats.chunks++
+    this.stats.plainBytes += chunk.length
+    if (this.#bytes >= this.#targetBytes) await this.#seal()
+    return placed
+  }
+
+  /** Seal the last blob and wait for every upload. Async; throws the first upload failure. */
+  async finish (): Promise<void> {
+    if (this.#bytes > 0) await this.#seal()
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight])
+    this.#throwIfFailed()
+  }
+
+  async #seal (): Promise<void> {
+    const handle = this.#handle
+    const frames = this.#frames
+    const chunks = this.#chunks
+    handle.digest = this.#hash.digest('hex')
+    this.#handle = { digest: undefined }
+    this.#frames = []
+    this.#chunks = []
+    this.#bytes = 0
+    this.#hash = createHash('sha256')
+    while (this.#inFlight.size >= this.#maxInFlight) await Promise.race(this.#inFlight)
+    this.#throwIfFailed()
+    const upload = this.#upload(handle.digest, Buffer.concat(frames), chunks)
+      .catch(err => { this.#failure ??= err })
+      .finally(() => this.#inFlight.delete(upload))
+    this.#inFlight.add(upload)
+  }
+
+  async #upload (digest: string, body: Buffer, chunks: BlobChunk[]): Promise<void> {
+    await this.#store.put(blobKey(digest), body)
+    const indexBytes = await putBlobIndex(this.#store, digest, chunks)
+    this.#index.addBlob(digest, chunks)
+    this.stats.blobs++
+    this.stats.uploadedBytes += body.length + indexBytes
+  }
+
+  #throwIfFailed (): void {
+    if (this.#failure !== undefined) throw this.#failure
+  }
+}

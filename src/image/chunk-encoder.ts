@@ -1,0 +1,127 @@
+/**
+ * ChunkEncoderPool: hashes and compresses chunks on worker threads, so push
+ * runs tar parsing and chunking on the main thread while both cores
+ * compress. Results come back in submission order.
+ *
+ * Chunks are copied into batches (about BATCH_BYTES each) that are
+ * transferred, not cloned, to the workers and back.
+ *
+ * May import: nothing from the project but chunk-encoding.ts.
+ */
+import { availableParallelism } from 'node:os'
+import { Worker } from 'node:worker_threads'
+import { encodeBatch, type EncodedBatch } from './chunk-encoding.js'
+
+export interface EncodedChunk {
+  /** sha256 hex of the plain bytes. */
+  digest: string
+  length: number
+  /** One zstd frame, owned by the caller. */
+  compressed: Uint8Array
+}
+
+const BATCH_BYTES = 1024 * 1024
+
+interface Pending { resolve: (r: EncodedChunk[]) => void, reject: (e: Error) => void, lengths: number[] }
+
+export class ChunkEncoderPool {
+  readonly #level: number
+  readonly #workers: Worker[] = []
+  readonly #load: number[] = []
+  readonly #pending = new Map<number, Pending>()
+  #nextId = 0
+  #batch: Uint8Array[] = []
+  #batchBytes = 0
+  #batchResult: Promise<EncodedChunk[]> | undefined
+  #settleBatch: Pending | undefined
+  #closed = false
+
+  /** `workers: 0` encodes inline on the calling thread (tests, tiny inputs). */
+  constructor (opts: { level: number, workers?: number }) {
+    this.#level = opts.level
+    const n = opts.workers ?? Math.max(1, Math.min(4, availableParallelism()))
+    for (let i = 0; i < n; i++) {
+      const w = new Worker(new URL('./chunk-encoder-worker.js', import.meta.url), { workerData: { level: opts.level } })
+      w.on('message', (msg: EncodedBatch & { id: number }) => this.#onResult(i, msg))
+      w.on('error', err => this.#failAll(err))
+      w.unref()
+      this.#workers.push(w)
+      this.#load.push(0)
+    }
+  }
+
+  /**
+   * Queue a chunk. The bytes are copied before this returns, so the caller
+   * may reuse its buffer. Resolves with the encoded chunk; rejects if a
+   * worker dies.
+   */
+  encode (chunk: Uint8Array): Promise<EncodedChunk> {
+    if (this.#closed) return Promise.reject(new Error('ChunkEncoderPool is closed'))
+    if (this.#batchResult === undefined) {
+      this.#batchResult = new Promise<EncodedChunk[]>((resolve, reject) => { this.#settleBatch = { resolve, reject, lengths: [] } })
+      setImmediate(() => this.flush())
+    }
+    const index = this.#batch.length
+    this.#batch.push(chunk.slice())
+    this.#batchBytes += chunk.length
+    this.#settleBatch!.lengths.push(chunk.length)
+    const result = this.#batchResult.then(r => r[index]!)
+    if (this.#batchBytes >= BATCH_BYTES) this.flush()
+    return result
+  }
+
+  /** Send the current batch now. Sync. */
+  flush (): void {
+    const settle = this.#settleBatch
+    if (settle === undefined) return
+    const chunks = this.#batch
+    this.#batch = []
+    this.#batchBytes = 0
+    this.#batchResult = undefined
+    this.#settleBatch = undefined
+    const plain = new Uint8Array(settle.lengths.reduce((a, b) => a + b, 0))
+    const ends: number[] = []
+    let pos = 0
+    for (const c of chunks) { plain.set(c, pos); pos += c.length; ends.push(pos) }
+    if (this.#workers.length === 0) {
+      try { settle.resolve(split(encodeBatch(plain, ends, this.#level), settle.lengths)) } catch (err) { settle.reject(err as Error) }
+      return
+    }
+    const i = this.#load.indexOf(Math.min(...this.#load))
+    const id = this.#nextId++
+    this.#pending.set(id, settle)
+    this.#load[i]!++
+    this.#workers[i]!.postMessage({ id, data: plain.buffer, ends }, [plain.buffer])
+  }
+
+  #onResult (worker: number, msg: EncodedBatch & { id: number }): void {
+    this.#load[worker]!--
+    const p = this.#pending.get(msg.id)
+    if (p === undefined) return
+    this.#pending.delete(msg.id)
+    p.resolve(split(msg, p.lengths))
+  }
+
+  #failAll (err: Error): void {
+    for (const p of this.#pending.values()) p.reject(err)
+    this.#pending.clear()
+  }
+
+  /** Stop the workers. Idempotent; pending encodes reject. */
+  async close (): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    this.#failAll(new Error('ChunkEncoderPool closed'))
+    await Promise.all(this.#workers.map(w => w.terminate()))
+  }
+}
+
+function split (batch: EncodedBatch, lengths: number[]): EncodedChunk[] {
+  const data = new Uint8Array(batch.data)
+  let start = 0
+  return batch.ends.map((end, i) => {
+    const out = { digest: batch.digests[i]!, length: lengths[i]!, compressed: data.subarray(start, end) }
+    start = end
+    return out
+  })
+}

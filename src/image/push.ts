@@ -1,0 +1,135 @@
+/**
+ * `layerctl push`: an input image (any kind openImageSource detects) into
+ * the store as chunk blobs, one TOC per layer, a manifest, and last the ref.
+ *
+ * Order of writes: blobs and their indexes as they fill, then TOCs, then the
+ * manifest, then the ref. A failure at any point leaves the ref untouched;
+ * the blobs already written are found by the rerun's dedup, so it uploads
+ * only what is missing.
+ *
+ * May import: src/errors.ts, src/format/, src/store/, src/state/, this folder.
+ */
+import { BadInputError } from '../errors.js'
+import { digestHex, type Digest } from '../format/digest.js'
+import { layerKey, manifestKey } from '../format/keys.js'
+import { MANIFEST_MEDIA_TYPE, type ImageManifest, type LayerDescriptor, type OciImageConfig } from '../format/manifest.js'
+import { mergeLayers } from '../format/merge.js'
+import { formatRef, type ImageRef } from '../format/ref.js'
+import type { LayerToc } from '../format/toc.js'
+import type { ObjectStore } from '../store/object-store.js'
+import type { NodeDb } from '../state/node-db.js'
+import { BlobPacker } from './blob-packer.js'
+import { ChunkEncoderPool } from './chunk-encoder.js'
+import { ChunkIndex } from './chunk-index.js'
+import { DEFAULT_CHUNKING, type ChunkingStrategy } from './chunking-strategy.js'
+import { writeLayer, type LayerWriteStats, type PushSession } from './layer-writer.js'
+import { encodeManifestObject, encodeTocObject } from './metadata-objects.js'
+import { updateRef } from './refs.js'
+import { openImageSource } from './sources/open-image-source.js'
+import type { ImageSource, OpenImageSourceOptions } from './sources/image-source.js'
+
+export interface PushProgress {
+  layerStart?: (i: number, count: number, name: string, inputBytes: number | undefined) => void
+  layerBytes?: (i: number, plainBytes: number) => void
+  layerDone?: (i: number, count: number, result: PushedLayer) => void
+}
+
+export interface PushOptions extends OpenImageSourceOptions {
+  store: ObjectStore
+  db: NodeDb
+  strategy?: ChunkingStrategy
+  /** zstd level for chunks. */
+  level?: number
+  /** Encoder worker threads; 0 encodes inline. */
+  workers?: number
+  packBytes?: number
+  progress?: PushProgress
+}
+
+export interface PushedLayer extends LayerWriteStats {
+  digest: Digest
+  diffId: Digest
+  /** True when the TOC object was already in the store (the whole layer deduplicated). */
+  existed: boolean
+}
+
+export interface PushResult {
+  ref: ImageRef
+  manifest: Digest
+  layers: PushedLayer[]
+  /** Bytes written to the store by this push: blobs, blob indexes, TOCs, manifest. */
+  uploadedBytes: number
+}
+
+/** Push the image at `path` as `ref`. Async; the ref changes only if everything else succeeded. */
+export async function pushImage (path: string, ref: ImageRef, opts: PushOptions): Promise<PushResult> {
+  const source = await openImageSource(path, opts)
+  try {
+    return await pushSource(source, ref, opts)
+  } finally {
+    await source.close()
+  }
+}
+
+/** Push an already opened source. Async. */
+export async function pushSource (source: ImageSource, ref: ImageRef, opts: PushOptions): Promise<PushResult> {
+  const { store } = opts
+  const index = new ChunkIndex(opts.db, store.url)
+  await index.sync(store)
+  const encoder = new ChunkEncoderPool({ level: opts.level ?? 3, workers: opts.workers })
+  const packer = new BlobPacker(store, index, { targetBytes: opts.packBytes })
+  const session: PushSession = new Map()
+  const tocs: LayerToc[] = []
+  const layers: PushedLayer[] = []
+  let metadataBytes = 0
+  try {
+    const count = source.layers.length
+    for (const [i, layer] of source.layers.entries()) {
+      opts.progress?.layerStart?.(i, count, layer.name, layer.inputBytes)
+      const { toc, stats } = await writeLayer(layer, {
+        encoder, packer, index, session, strategy: opts.strategy ?? DEFAULT_CHUNKING,
+        onProgress: bytes => opts.progress?.layerBytes?.(i, bytes)
+      })
+      const object = encodeTocObject(toc)
+      const key = layerKey(digestHex(object.digest))
+      const existed = (await store.stat(key)) !== undefined
+      if (!existed) {
+        await store.put(key, object.bytes)
+        metadataBytes += object.bytes.length
+      }
+      tocs.push(toc)
+      const pushed: PushedLayer = { ...stats, digest: object.digest, diffId: toc.diffId as Digest, existed }
+      layers.push(pushed)
+      opts.progress?.layerDone?.(i, count, pushed)
+    }
+  } finally {
+    await encoder.close()
+  }
+  const conflicts = mergeLayers(tocs).conflicts
+  if (conflicts.length > 0) {
+    const c = conflicts[0]!
+    throw new BadInputError(`cannot push ${source.name}: layer ${c.layer + 1} entry ${JSON.stringify(c.path)}: ${c.reason}` +
+      (conflicts.length > 1 ? ` (and ${conflicts.length - 1} more)` : ''))
+  }
+  const manifest: ImageManifest = {
+    mediaType: MANIFEST_MEDIA_TYPE,
+    layers: layers.map((l): LayerDescriptor => ({
+      digest: l.digest, diffId: l.diffId, size: l.plainBytes, storedBytes: l.storedBytes, entries: l.entries
+    })),
+    config: withDiffIds(source.config, layers.map(l => l.diffId))
+  }
+  const object = encodeManifestObject(manifest)
+  await store.put(manifestKey(digestHex(object.digest)), object.bytes)
+  metadataBytes += object.bytes.length
+  await updateRef(store, ref, object.digest)
+  return { ref, manifest: object.digest, layers, uploadedBytes: packer.stats.uploadedBytes + metadataBytes }
+}
+
+/** The config with rootfs.diff_ids set to what was actually pushed. */
+export function withDiffIds (config: OciImageConfig, diffIds: string[]): OciImageConfig {
+  return { ...config, rootfs: { type: 'layers', diff_ids: diffIds } }
+}
+
+export function describePush (r: PushResult): string {
+  return `pushed ${formatRef(r.ref)} as ${r.manifest}`
+}
