@@ -1,0 +1,274 @@
+/**
+ * Chunkers: cut a byte stream into chunks, the unit of dedup, fetch and
+ * verification. Chunk boundaries are part of the storage format: the same
+ * bytes must always produce the same chunks, whatever piece sizes they arrive
+ * in, or dedup across pushes silently stops working.
+ *
+ * - {@link FastCdcChunker}: content-defined chunking, FastCDC (Xia et al.,
+ *   USENIX ATC 2016 and IEEE TPDS 2020): a gear rolling hash, no hashing of
+ *   the first `minSize` bytes of a chunk, and normalized chunking with two
+ *   masks (a harder one before `avgSize`, an easier one after) so chunk sizes
+ *   cluster around `avgSize`. A chunk ends after the byte whose hash matches
+ *   the mask, or at `maxSize`.
+ * - {@link FixedSizeChunker}: cuts every `size` bytes; for comparison.
+ *
+ * Both are streaming: `push()` returns the chunks completed by the new bytes
+ * and keeps the scan state (position in the chunk, hash) so no byte is
+ * scanned twice. A chunk that lies inside one pushed buffer is returned as a
+ * zero-copy view of it; only a chunk that spans pushes is copied, once, when
+ * it completes (no quadratic concatenation).
+ *
+ * Pure: no fs, network or native code. Imports only errors.
+ */
+import { UsageError } from '../errors.js'
+
+/** Sizes for {@link FastCdcChunker}, in bytes. */
+export interface FastCdcOptions {
+  /** No cut before this many bytes (these bytes are not even hashed). At least 64. */
+  minSize: number
+  /** Target size: a power of two; sets the mask widths. */
+  avgSize: number
+  /** A cut is forced here. */
+  maxSize: number
+}
+
+/** The streaming contract every chunker implements. */
+export interface Chunker {
+  /**
+   * Feed the next bytes of the stream. Synchronous. Returns the chunks these
+   * bytes complete, in order (possibly none). A returned chunk may be a view
+   * of `data`: consume it (hash, compress, copy) before mutating or reusing
+   * `data`. The chunker keeps views of `data` for a chunk still open, so the
+   * caller must not mutate `data` until that chunk has been returned either.
+   */
+  push: (data: Uint8Array) => Uint8Array[]
+  /**
+   * End the stream: returns the last, possibly short, chunk, or undefined if
+   * no bytes are pending. Resets the chunker, which may then be reused for a
+   * new stream (for example the next file).
+   */
+  flush: () => Uint8Array | undefined
+}
+
+/** Seed of the SplitMix64 generator that derives {@link GEAR_TABLE}. Changing it changes every chunk boundary. */
+export const GEAR_SEED = 0x6c61796572642d31n // ASCII "layerd-1"
+
+/**
+ * The gear table: entry i is the high 32 bits of the i-th output (i = 0..255)
+ * of SplitMix64 (Steele et al., 2014) seeded with {@link GEAR_SEED}, stored
+ * as int32 so the scan loop stays in small-integer arithmetic. Pinned by a
+ * digest in the tests: part of the storage format.
+ */
+export const GEAR_TABLE: Int32Array = makeGearTable(GEAR_SEED)
+
+/** How many bits the normalized masks differ from log2(avgSize) (FastCDC "NC level"). */
+export const FASTCDC_NORMALIZATION_LEVEL = 2
+
+function makeGearTable (seed: bigint): Int32Array {
+  const mask64 = (1n << 64n) - 1n
+  const table = new Int32Array(256)
+  let state = seed
+  for (let i = 0; i < 256; i++) {
+    state = (state + 0x9e3779b97f4a7c15n) & mask64
+    let z = state
+    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & mask64
+    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & mask64
+    z = z ^ (z >> 31n)
+    table[i] = Number(BigInt.asIntN(32, z >> 32n))
+  }
+  return table
+}
+
+/**
+ * A mask of `bits` one-bits at the top of the 32-bit hash. The gear hash
+ * shifts left, so high bits depend on the most recent 32 bytes and low bits
+ * on fewer: the top bits give the widest window.
+ */
+function topBitsMask (bits: number): number {
+  return bits <= 0 ? 0 : bits >= 32 ? -1 : (((1 << bits) - 1) << (32 - bits)) | 0
+}
+
+/** Content-defined chunker (FastCDC with normalized chunking). See the module doc. */
+export class FastCdcChunker implements Chunker {
+  readonly minSize: number
+  readonly avgSize: number
+  readonly maxSize: number
+  private readonly maskHard: number
+  private readonly maskEasy: number
+  private readonly pending = new PendingBytes()
+  /** Bytes of the open chunk seen so far. */
+  private position = 0
+  private hash = 0
+
+  /** Throws UsageError unless 64 <= minSize < avgSize < maxSize <= 2^30 and avgSize is a power of two. */
+  constructor (opts: FastCdcOptions) {
+    const { minSize, avgSize, maxSize } = opts
+    const sizes = `minSize ${minSize}, avgSize ${avgSize}, maxSize ${maxSize}`
+    if (![minSize, avgSize, maxSize].every(Number.isSafeInteger)) throw new UsageError(`FastCDC sizes must be integers: ${sizes}`)
+    if (!(minSize >= 64 && minSize < avgSize && avgSize < maxSize && maxSize <= 2 ** 30)) {
+      throw new UsageError(`FastCDC sizes must satisfy 64 <= min < avg < max <= 1 GiB: ${sizes}`)
+    }
+    const bits = Math.log2(avgSize)
+    if (!Number.isInteger(bits)) throw new UsageError(`FastCDC avgSize must be a power of two: ${sizes}`)
+    this.minSize = minSize
+    this.avgSize = avgSize
+    this.maxSize = maxSize
+    this.maskHard = topBitsMask(bits + FASTCDC_NORMALIZATION_LEVEL)
+    this.maskEasy = topBitsMask(bits - FASTCDC_NORMALIZATION_LEVEL)
+  }
+
+  push (data: Uint8Array): Uint8Array[] {
+    const out: Uint8Array[] = []
+    let start = 0
+    while (start < data.length) {
+      const cut = this.scan(data, start)
+      if (cut < 0) {
+        this.pending.add(data.subarray(start))
+        break
+      }
+      out.push(this.pending.take(data.subarray(start, cut)))
+      start = cut
+    }
+    return out
+  }
+
+  flush (): Uint8Array | undefined {
+    this.position = 0
+    this.hash = 0
+    return this.pending.length > 0 ? this.pending.take(new Uint8Array(0)) : undefined
+  }
+
+  /**
+   * Scan `data` from `from` (which continues the open chunk) for the end of
+   * that chunk. Returns the index just past the chunk's last byte and resets
+   * the scan state, or -1 when `data` ends first (state saved for next push).
+   */
+  private scan (data: Uint8Array, from: number): number {
+    const n = data.length
+    let position = this.position
+    let i = from
+    if (position < this.minSize) {
+      const skip = Math.min(this.minSize - position, n - i)
+      i += skip
+      position += skip
+    }
+    if (position >= this.minSize && position < this.avgSize) {
+      const end = i + Math.min(this.avgSize - position, n - i)
+      const cut = this.scanForMatch(data, i, end, this.maskHard)
+      if (cut >= 0) return this.cutAt(cut)
+      position += end - i
+      i = end
+    }
+    if (position >= this.avgSize) {
+      const end = i + Math.min(this.maxSize - position, n - i)
+      const cut = this.scanForMatch(data, i, end, this.maskEasy)
+      if (cut >= 0) return this.cutAt(cut)
+      position += end - i
+      if (position >= this.maxSize) return this.cutAt(end)
+    }
+    this.position = position
+    return -1
+  }
+
+  /**
+   * Roll the gear hash over data[start, end). Returns the index just past
+   * the first byte after which `(hash & mask) === 0`, or -1 with `this.hash`
+   * updated. Unrolled by four: about 1.4x faster than the plain loop in V8.
+   */
+  private scanForMatch (data: Uint8Array, start: number, end: number, mask: number): number {
+    const gear = GEAR_TABLE
+    let h = this.hash
+    let i = start
+    for (const end4 = end - 3; i < end4; i += 4) {
+      h = ((h << 1) + gear[data[i]!]!) | 0
+      if ((h & mask) === 0) return i + 1
+      h = ((h << 1) + gear[data[i + 1]!]!) | 0
+      if ((h & mask) === 0) return i + 2
+      h = ((h << 1) + gear[data[i + 2]!]!) | 0
+      if ((h & mask) === 0) return i + 3
+      h = ((h << 1) + gear[data[i + 3]!]!) | 0
+      if ((h & mask) === 0) return i + 4
+    }
+    for (; i < end; i++) {
+      h = ((h << 1) + gear[data[i]!]!) | 0
+      if ((h & mask) === 0) return i + 1
+    }
+    this.hash = h
+    return -1
+  }
+
+  private cutAt (index: number): number {
+    this.position = 0
+    this.hash = 0
+    return index
+  }
+}
+
+/** Cuts every `size` bytes of the stream; the last chunk may be shorter. */
+export class FixedSizeChunker implements Chunker {
+  readonly size: number
+  private readonly pending = new PendingBytes()
+
+  /** Throws UsageError unless `size` is a positive safe integer. */
+  constructor (size: number) {
+    if (!Number.isSafeInteger(size) || size <= 0) throw new UsageError(`fixed chunk size must be a positive integer, not ${size}`)
+    this.size = size
+  }
+
+  push (data: Uint8Array): Uint8Array[] {
+    const out: Uint8Array[] = []
+    let start = 0
+    while (data.length - start >= this.size - this.pending.length) {
+      const cut = start + this.size - this.pending.length
+      out.push(this.pending.take(data.subarray(start, cut)))
+      start = cut
+    }
+    if (start < data.length) this.pending.add(data.subarray(start))
+    return out
+  }
+
+  flush (): Uint8Array | undefined {
+    return this.pending.length > 0 ? this.pending.take(new Uint8Array(0)) : undefined
+  }
+}
+
+/**
+ * All chunks of one in-memory buffer, as views of it: `push(data)` then
+ * `flush()` on `chunker`, which must have no pending bytes. Synchronous.
+ */
+export function chunkBuffer (chunker: Chunker, data: Uint8Array): Uint8Array[] {
+  const chunks = chunker.push(data)
+  const last = chunker.flush()
+  if (last !== undefined) chunks.push(last)
+  return chunks
+}
+
+/** The bytes of the open chunk that arrived in earlier pushes, kept as views until the chunk completes. */
+class PendingBytes {
+  private pieces: Uint8Array[] = []
+  length = 0
+
+  add (piece: Uint8Array): void {
+    if (piece.length === 0) return
+    this.pieces.push(piece)
+    this.length += piece.length
+  }
+
+  /** The pending bytes followed by `tail`, as one array; a view of `tail` when nothing is pending. Clears. */
+  take (tail: Uint8Array): Uint8Array {
+    if (this.length === 0) return tail
+    if (tail.length === 0 && this.pieces.length === 1) {
+      const only = this.pieces[0]!
+      this.pieces = []
+      this.length = 0
+      return only
+    }
+    const out = new Uint8Array(this.length + tail.length)
+    let at = 0
+    for (const p of this.pieces) { out.set(p, at); at += p.length }
+    out.set(tail, at)
+    this.pieces = []
+    this.length = 0
+    return out
+  }
+}
