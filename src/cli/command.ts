@@ -1,0 +1,44 @@
+/**
+ * The shape of a layerctl command and the context it runs in. Commands are
+ * thin: they parse their arguments, call into src/, and print.
+ */
+import type { ParseArgsConfig } from 'node:util'
+import type { Settings } from './settings.js'
+import type { ObjectStore } from '../store/object-store.js'
+import type { NodeDb } from '../state/node-db.js'
+
+export type OptionSpec = NonNullable<ParseArgsConfig['options']>
+
+export interface CommandArgs {
+  values: Record<string, string | boolean | string[] | undefined>
+  positionals: string[]
+}
+
+export interface CommandContext {
+  settings: Settings
+  /** `--json`: print machine-readable output on stdout. */
+  json: boolean
+  /** `--debug`: print stacks and extra detail. */
+  debug: boolean
+  out: (line: string) => void
+  err: (line: string) => void
+  /** stderr is a terminal: progress displays are allowed. */
+  progressTTY: boolean
+  /** The store from settings, opened on first use. */
+  store: () => ObjectStore
+  /** The node database under home, opened on first use. */
+  db: () => NodeDb
+  /** Run `fn` when the command ends (close handles). */
+  defer: (fn: () => Promise<void> | void) => void
+}
+
+export interface Command {
+  name: string
+  /** One line for `layerctl help`. */
+  summary: string
+  /** `layerctl NAME …` synopsis. */
+  usage: string
+  options: OptionSpec
+  /** Exit code: 0 (or undefined) on success. Throw LayerdErrors for failures. */
+  run: (ctx: CommandContext, args: CommandArgs) => Promise<number | undefined>
+}
