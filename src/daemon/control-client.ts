@@ -1,0 +1,81 @@
+/**
+ * layerctl's side of the control socket. A daemon error comes back as a
+ * LayerdError with the daemon's code and message.
+ *
+ * May import: src/errors.ts, this folder.
+ */
+import { connect, type Socket } from 'node:net'
+import {
+  BadInputError, CorruptObjectError, DaemonUnavailableError, LayerdError, LimitExceededError, NotFoundError,
+  StoreUnavailableError, UnsupportedError, UsageError
+} from '../errors.js'
+import type { ControlResponse } from './control-protocol.js'
+
+const ERROR_CLASSES: Record<string, new (message: string) => LayerdError> = {
+  [NotFoundError.code]: NotFoundError,
+  [UsageError.code]: UsageError,
+  [BadInputError.code]: BadInputError,
+  [StoreUnavailableError.code]: StoreUnavailableError,
+  [CorruptObjectError.code]: CorruptObjectError,
+  [LimitExceededError.code]: LimitExceededError,
+  [UnsupportedError.code]: UnsupportedError
+}
+
+export const CONNECT_TIMEOUT_MS = 2000
+
+export class ControlClient {
+  readonly #socket: Socket
+  readonly #pending = new Map<number, { resolve: (v: unknown) => void, reject: (e: Error) => void }>()
+  #nextId = 1
+  #buffered = ''
+
+  private constructor (socket: Socket) {
+    this.#socket = socket
+    socket.setEncoding('utf8')
+    socket.on('data', (d: string) => this.#onData(d))
+    socket.on('close', () => this.#failAll(new DaemonUnavailableError('layerd closed the control connection')))
+    socket.on('error', err => this.#failAll(new DaemonUnavailableError(`layerd control connection failed: ${err.message}`, { cause: err })))
+  }
+
+  /** Connect to the daemon at `path`. Throws DaemonUnavailableError when nothing answers. */
+  static async connect (path: string, timeoutMs = CONNECT_TIMEOUT_MS): Promise<ControlClient> {
+    const socket = connect(path)
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => { socket.destroy(); reject(new DaemonUnavailableError(`layerd at ${path} did not answer within ${timeoutMs} ms`)) }, timeoutMs)
+      socket.once('connect', () => { clearTimeout(timer); resolve() })
+      socket.once('error', err => { clearTimeout(timer); reject(new DaemonUnavailableError(`layerd is not running (${path}: ${(err as NodeJS.ErrnoException).code ?? err.message})`, { cause: err })) })
+    })
+    return new ControlClient(socket)
+  }
+
+  /** Call a daemon method. Async; rethrows the daemon's error as a LayerdError. */
+  async call<T = unknown>(method: string, params: unknown = {}): Promise<T> {
+    const id = this.#nextId++
+    const result = new Promise<unknown>((resolve, reject) => this.#pending.set(id, { resolve, reject }))
+    this.#socket.write(JSON.stringify({ id, method, params }) + '\n')
+    return await result as T
+  }
+
+  close (): void { this.#socket.destroy() }
+
+  #onData (data: string): void {
+    this.#buffered += data
+    let nl: number
+    while ((nl = this.#buffered.indexOf('\n')) !== -1) {
+      const res = JSON.parse(this.#buffered.slice(0, nl)) as ControlResponse
+      this.#buffered = this.#buffered.slice(nl + 1)
+      const p = this.#pending.get(res.id)
+      if (p === undefined) continue
+      this.#pending.delete(res.id)
+      if ('error' in res) {
+        const Cls = ERROR_CLASSES[res.error.code]
+        p.reject(Cls === undefined ? new LayerdError(res.error.code, res.error.message) : new Cls(res.error.message))
+      } else p.resolve(res.result)
+    }
+  }
+
+  #failAll (err: Error): void {
+    for (const p of this.#pending.values()) p.reject(err)
+    this.#pending.clear()
+  }
+}
