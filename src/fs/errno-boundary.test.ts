@@ -1,0 +1,44 @@
+import t from 'tap'
+import { constants as osConstants } from 'node:os'
+import { BadInputError, CorruptObjectError, NotFoundError, StoreUnavailableError, UnsupportedError } from '../errors.js'
+import { ErrnoBoundary, LOG_BURST_LINES } from './errno-boundary.js'
+
+const E = osConstants.errno
+
+function boundary (): { b: ErrnoBoundary, lines: string[] } {
+  const lines: string[] = []
+  return { b: new ErrnoBoundary({ log: l => lines.push(l), storeName: 's3://bucket/x', mountpoint: '/mnt/img' }), lines }
+}
+
+t.test('ErrnoBoundary.errno() maps layerd errors to negative errno values', async t => {
+  const { b, lines } = boundary()
+  t.equal(b.errno(new NotFoundError('gone'), 'getattr', '/a'), -E.ENOENT)
+  t.equal(lines.length, 0, 'ENOENT is a normal answer: not logged')
+  t.equal(b.errno(new CorruptObjectError('chunk sha256:ab mismatch'), 'read', '/f', 'chunks sha256:ab'), -E.EIO)
+  t.equal(b.counters.corruptChunks, 1)
+  t.match(lines.at(-1), /EIO: read "\/f" on \/mnt\/img \(chunks sha256:ab\): corrupt/)
+  t.equal(b.errno(new StoreUnavailableError('GET blobs/x: ECONNREFUSED'), 'read', '/f', 'chunks sha256:cd'), -E.EIO)
+  t.match(lines.at(-1), /sha256:cd.*store s3:\/\/bucket\/x unavailable: GET blobs/)
+  t.equal(b.errno(new UnsupportedError('no'), 'read', '/f'), -E.ENOTSUP)
+  t.equal(b.errno(new BadInputError('odd'), 'read', '/f'), -E.EIO)
+  t.equal(b.counters.ioErrors, 3)
+})
+
+t.test('ErrnoBoundary.errno() passes Node system errors through and turns anything else into EIO', async t => {
+  const { b, lines } = boundary()
+  t.equal(b.errno(Object.assign(new Error('denied'), { code: 'EACCES' }), 'open', '/x'), -E.EACCES)
+  t.equal(b.errno(Object.assign(new Error('weird'), { code: 'ERR_SOMETHING' }), 'open', '/x'), -E.EIO)
+  t.equal(b.errno(new TypeError('bug'), 'open', '/x'), -E.EIO)
+  t.equal(b.errno('a string', 'open', '/x'), -E.EIO)
+  t.equal(b.errno(null, 'open', '/x'), -E.EIO)
+  t.match(lines.at(-3), /unexpected error: TypeError: bug/)
+})
+
+t.test('ErrnoBoundary.errno() rate-limits its log lines and survives a throwing logger', async t => {
+  const { b, lines } = boundary()
+  for (let i = 0; i < LOG_BURST_LINES * 3; i++) b.errno(new StoreUnavailableError('down'), 'read', `/f${i}`)
+  t.equal(lines.length, LOG_BURST_LINES)
+  t.equal(b.counters.ioErrors, LOG_BURST_LINES * 3, 'every error is still counted')
+  const throwing = new ErrnoBoundary({ log: () => { throw new Error('log broke') }, storeName: 's', mountpoint: '/m' })
+  t.equal(throwing.errno(new StoreUnavailableError('down'), 'read', '/f'), -E.EIO)
+})

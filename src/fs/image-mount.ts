@@ -1,0 +1,181 @@
+/**
+ * mountImage: an image (its layer TOCs, lowest first) mounted read-only at a
+ * directory, with content read through a ChunkReader. Composes the merge,
+ * the view, the file reader, the errno boundary and the binding; owns the
+ * mount's lifecycle (stale mountpoints, idempotent lazy unmount) and its
+ * counters.
+ *
+ * May import: src/errors.ts, src/format/, ./*.
+ */
+import { mkdir, readFile, realpath, statfs } from 'node:fs/promises'
+import { basename, dirname, join, resolve } from 'node:path'
+import { UsageError, describeError } from '../errors.js'
+import { mergeLayers } from '../format/merge.js'
+import type { LayerToc } from '../format/toc.js'
+import { ErrnoBoundary } from './errno-boundary.js'
+import { FileReader, type ChunkReader } from './file-reader.js'
+import { lazyUnmount, mountFuse, type FuseMountOptions } from './fuse-binding.js'
+import { createFuseOps } from './fuse-ops.js'
+import { ImageView } from './image-view.js'
+
+/** Kernel cache lifetimes for immutable images: a day. */
+export const IMMUTABLE_TIMEOUT_S = 86_400
+/** libfuse 2 sends at most 128 KiB per read request. */
+export const MAX_READ_128KIB = 128 * 1024
+/** Kernel readahead for a mount (the default is 128 KiB): fewer, larger, parallel reads on sequential access. */
+export const READ_AHEAD_1MIB_IN_KIB = 1024
+
+export const DEFAULT_FUSE_OPTIONS: FuseMountOptions = {
+  fsName: 'layerd',
+  readOnly: true,
+  allowOther: true,
+  defaultPermissions: true,
+  kernelCache: true,
+  entryTimeoutS: IMMUTABLE_TIMEOUT_S,
+  attrTimeoutS: IMMUTABLE_TIMEOUT_S,
+  negativeTimeoutS: IMMUTABLE_TIMEOUT_S,
+  maxReadBytes: MAX_READ_128KIB,
+  readAheadKiB: READ_AHEAD_1MIB_IN_KIB
+}
+
+export interface MountImageOptions {
+  /** A directory; created when missing. A dead FUSE mount left there is cleaned first. */
+  mountpoint: string
+  /** Layer TOCs, lowest first. */
+  tocs: readonly LayerToc[]
+  reader: ChunkReader
+  /** One line per event worth a human's attention (never per op). */
+  log: (line: string) => void
+  /** Overrides of {@link DEFAULT_FUSE_OPTIONS}. */
+  fuse?: Partial<FuseMountOptions>
+}
+
+export interface ImageMountStats {
+  /** Bytes read from the store for this mount. */
+  fetchedBytes: number
+  /** Compressed bytes of every chunk the image's TOCs reference (each once). */
+  storedBytes: number
+  /** Plain bytes of the image's files (each inode once). */
+  imageBytes: number
+  inodes: number
+  chunkHits: number
+  chunkMisses: number
+  /** Read ops answered without awaiting, and those that fetched. */
+  syncReads: number
+  fetchReads: number
+  /** Chunks refused as corrupt, and ops answered EIO. */
+  corruptChunks: number
+  ioErrors: number
+  /** Entries of the TOCs that could not apply (skipped). */
+  mergeConflicts: number
+}
+
+export interface ImageMount {
+  /** Absolute path of the mount. */
+  readonly mountpoint: string
+  readonly view: ImageView
+  /** Counters since mount. Sync. */
+  stats: () => ImageMountStats
+  /**
+   * Detach the mount. Lazy: files still open keep reading until closed, so
+   * a busy mount never blocks this. Idempotent; concurrent calls share one
+   * attempt. Throws UnsupportedError when no unmount tool works.
+   */
+  unmount: () => Promise<void>
+}
+
+/**
+ * Mount the merged image. Async; resolves once the mount answers. Rejects
+ * with UsageError (mountpoint not a directory, already a live mount),
+ * UnsupportedError (no FUSE binding or unmount tool).
+ */
+export async function mountImage (options: MountImageOptions): Promise<ImageMount> {
+  const { tocs, reader, log } = options
+  const mountpoint = await prepareMountpoint(resolve(options.mountpoint), log)
+  const tree = mergeLayers(tocs)
+  if (tree.conflicts.length > 0) {
+    const first = tree.conflicts[0]!
+    log(`mount ${mountpoint}: ${tree.conflicts.length} TOC entries skipped, first: layer ${first.layer} ${JSON.stringify(first.path)}: ${first.reason}`)
+  }
+  const view = new ImageView(tree)
+  const files = new FileReader(tocs, reader)
+  const boundary = new ErrnoBoundary({ log, storeName: reader.storeName, mountpoint })
+  const fuse = await mountFuse(mountpoint, createFuseOps({ view, files, boundary }), { ...DEFAULT_FUSE_OPTIONS, ...options.fuse })
+  const storedBytes = referencedChunkBytes(tocs)
+  return {
+    mountpoint,
+    view,
+    stats: () => ({
+      fetchedBytes: reader.fetchedBytes(),
+      storedBytes,
+      imageBytes: view.imageBytes,
+      inodes: view.inodeCount,
+      ...files.counters,
+      ...boundary.counters,
+      mergeConflicts: tree.conflicts.length
+    }),
+    unmount: fuse.unmount
+  }
+}
+
+/** Compressed bytes of the distinct chunks the TOCs reference. Sync. */
+export function referencedChunkBytes (tocs: readonly LayerToc[]): number {
+  const seen = new Set<string>()
+  let bytes = 0
+  for (const toc of tocs) {
+    for (const c of toc.chunks) {
+      if (seen.has(c.digest)) continue
+      seen.add(c.digest)
+      bytes += c.compressedLength
+    }
+  }
+  return bytes
+}
+
+/**
+ * Make `mountpoint` ready: create it when missing; when a FUSE filesystem
+ * is mounted there, detach it if its daemon is gone (ENOTCONN, left by a
+ * killed layerd), refuse if it is alive. Returns the canonical path.
+ */
+async function prepareMountpoint (mountpoint: string, log: (line: string) => void): Promise<string> {
+  const parent = await realpath(dirname(mountpoint)).catch(async (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err
+    await mkdir(dirname(mountpoint), { recursive: true })
+    return await realpath(dirname(mountpoint))
+  })
+  const canonical = join(parent, basename(mountpoint))
+  const fstype = await mountedFsType(canonical)
+  if (fstype === undefined) {
+    await mkdir(canonical, { recursive: true })
+    return canonical
+  }
+  if (!fstype.startsWith('fuse')) throw new UsageError(`cannot mount at ${canonical}: a ${fstype} filesystem is mounted there`)
+  try {
+    await statfs(canonical)
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (code !== 'ENOTCONN' && code !== 'ECONNABORTED') throw new UsageError(`cannot mount at ${canonical}: ${describeError(err)}`, { cause: err })
+    log(`mount ${canonical}: cleaning a stale FUSE mount (${code}) left by a dead daemon`)
+    await lazyUnmount(canonical)
+    return canonical
+  }
+  throw new UsageError(`cannot mount at ${canonical}: a live ${fstype} filesystem is already mounted there`)
+}
+
+/** The type of the filesystem mounted exactly at `path` (topmost), or undefined. */
+async function mountedFsType (path: string): Promise<string | undefined> {
+  const table = await readFile('/proc/self/mountinfo', 'utf8')
+  let found: string | undefined
+  for (const line of table.split('\n')) {
+    const fields = line.split(' ')
+    if (fields.length < 10 || unescapeMountPath(fields[4]!) !== path) continue
+    const dash = fields.indexOf('-', 6)
+    if (dash > 0) found = fields[dash + 1]
+  }
+  return found
+}
+
+/** mountinfo escapes space, tab, newline and backslash as octal. */
+function unescapeMountPath (s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)))
+}
