@@ -2,7 +2,11 @@
  * Chunking-strategy benchmark: which way of cutting layers into chunks gives
  * the best dedup, stored size, locality and speed on a real image series.
  *
- *   node dist/bench/chunking.js [--fixtures DIR] [--image NAME=PATH[,PATH…]]… [--only A,B] [--json OUT]
+ *   node dist/bench/chunking.js [--fixtures DIR | --image NAME=PATH[,PATH…]…] [--only A,B] [--json OUT]
+ *
+ * Default input: the Debian fixture series (bench/fixture-series.ts), built
+ * on first use. `--fixtures DIR` reads a fixture build's manifest.json in
+ * DIR; `--image` gives a series by hand (layer tars or directories).
  *
  * The series is pushed in order into an empty, simulated store, per
  * candidate: each distinct layer is chunked, every chunk sha256-hashed, and
@@ -30,7 +34,6 @@ const MIB = 1024 * 1024
 const CHUNK_TIMING_RUNS = 3
 const SCAN_TIMING_RUNS = 5
 const SCAN_RANDOM_BYTES = 64 * MIB
-const DEFAULT_FIXTURES_DIR = '/var/cache/layerd-fixtures'
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 
 interface ImageFigures { image: string, newPlainBytes: number, newStoredBytes: number }
@@ -188,10 +191,10 @@ function table (results: CandidateFigures[], series: SeriesImage[]): string {
   return rows.join('\n')
 }
 
-function parseArgs (argv: string[]): { fixtures: string, images: string[], only?: string[], json: string } {
-  const out: { fixtures: string, images: string[], only?: string[], json: string } = {
-    fixtures: DEFAULT_FIXTURES_DIR, images: [], json: resolve(REPO_ROOT, 'bench/results/chunking.json')
-  }
+interface Args { fixtures?: string, images: string[], only?: string[], json: string }
+
+function parseArgs (argv: string[]): Args {
+  const out: Args = { images: [], json: resolve(REPO_ROOT, 'bench/results/chunking.json') }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!
     const value = (): string => {
@@ -210,7 +213,14 @@ function parseArgs (argv: string[]): { fixtures: string, images: string[], only?
 
 async function main (): Promise<void> {
   const args = parseArgs(process.argv.slice(2))
-  const series = args.images.length > 0 ? await loadSeries(args.images) : await loadFixtureSeries(args.fixtures)
+  let source = 'images given by --image'
+  let series: SeriesImage[]
+  if (args.images.length > 0) series = await loadSeries(args.images)
+  else {
+    const fixtures = await loadFixtureSeries(args.fixtures)
+    series = fixtures.series
+    source = `Debian fixture series in ${fixtures.dir}`
+  }
   const distinct = [...new Set(series.flatMap(i => i.layers))]
   for (const image of series) {
     const files = image.layers.reduce((n, l) => n + l.files.length, 0)
@@ -237,12 +247,13 @@ async function main (): Promise<void> {
   }
   const command = `node dist/bench/chunking.js ${process.argv.slice(2).join(' ')}`.trim()
   console.log(table(results, series))
-  console.log(`\nSeries: ${series.map(i => `${i.name} (${i.layers.length} layer(s))`).join(', ')}; ` +
+  console.log(`\nSeries (${source}): ${series.map(i => `${i.name} (${i.layers.length} layer(s))`).join(', ')}; ` +
     `${distinct.length} distinct layers, ${(distinct.reduce((n, l) => n + l.bytes, 0) / MB).toFixed(1)} MB of file content. ` +
     `FastCDC boundary scan alone (best of ${SCAN_TIMING_RUNS}, one thread): ${scanText}.`)
   console.log(`Reproduce: ${command}`)
   const doc = {
     command,
+    source,
     date: new Date().toISOString(),
     node: process.version,
     zstdLevel: ZSTD_LEVEL,
