@@ -1,0 +1,160 @@
+/**
+ * BaseChunkCache: the ChunkCache behaviour every backend shares — argument
+ * and content checks, hit/miss counting, one write per key at a time, the
+ * quota's cap and recency hooks, pins, close. A backend supplies storage
+ * primitives and the quota's EvictionSource.
+ *
+ * May import: src/errors.ts, src/format/, ./chunk-cache.ts, ./cache-quota.ts.
+ */
+import { UsageError } from '../errors.js'
+import {
+  assertChunkDigest, assertContentMatches, metaKeyDigest,
+  type ChunkCache, type ChunkCacheStats, type PutMetaOptions, type PutOptions
+} from './chunk-cache.js'
+import type { CacheQuota, EntryKind, EvictionSource, IndexedEntry } from './cache-quota.js'
+
+export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
+  abstract readonly location: string
+  protected readonly quota: CacheQuota
+  #hits = 0
+  #misses = 0
+  #rejected = 0
+  readonly #writing = new Map<string, Promise<void>>()
+  #closed = false
+  #closing: Promise<void> | undefined
+
+  constructor (quota: CacheQuota) {
+    this.quota = quota
+  }
+
+  // ---- storage primitives, implemented by each backend ----
+  /** The chunk's bytes as a view valid until the next call, or undefined. Sync. */
+  protected abstract readChunk (digest: string): Buffer | undefined
+  /** A copy of the metadata object, or undefined. Sync. */
+  protected abstract readMeta (key: string): Buffer | undefined
+  /** Whether an entry is stored (committed). Sync. */
+  protected abstract exists (kind: EntryKind, key: string): boolean
+  /** Store a new entry; called after quota.added(). Async, resolves once visible to reads. */
+  protected abstract write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number): Promise<void>
+  /** Remove one entry, calling quota.removed() if it was present. Async. */
+  protected abstract remove (kind: EntryKind, key: string): Promise<void>
+  /** On-disk footprint in bytes. Sync. */
+  protected abstract diskBytes (): number
+  /** Release the storage. Called once, after the quota has flushed. Async. */
+  protected abstract closeStorage (): Promise<void>
+  abstract coldest (): Iterable<IndexedEntry>
+  abstract evict (entries: IndexedEntry[]): Promise<number>
+  abstract saveAccessTimes (times: ReadonlyMap<string, number>): Promise<void>
+
+  get (digest: string): Buffer | undefined {
+    this.#assertOpen('get')
+    const view = this.readChunk(digest)
+    if (view === undefined) { this.#misses++; return undefined }
+    this.#hits++
+    this.quota.touch(digest)
+    return view
+  }
+
+  has (digest: string): boolean {
+    this.#assertOpen('has')
+    return this.exists('chunk', digest)
+  }
+
+  async put (digest: string, plain: Uint8Array, options: PutOptions = {}): Promise<void> {
+    this.#assertOpen('put')
+    assertChunkDigest(digest, this.location)
+    if (options.verified !== true) assertContentMatches(digest, plain, `chunk ${digest}`, this.location)
+    await this.#insert('chunk', digest, plain, false)
+  }
+
+  async delete (digest: string): Promise<void> {
+    this.#assertOpen('delete')
+    assertChunkDigest(digest, this.location)
+    await this.#writing.get(digest)?.catch(() => {})
+    await this.remove('chunk', digest)
+  }
+
+  getMeta (key: string): Buffer | undefined {
+    this.#assertOpen('getMeta')
+    const bytes = this.readMeta(key)
+    if (bytes === undefined) { this.#misses++; return undefined }
+    this.#hits++
+    this.quota.touch(key)
+    return bytes
+  }
+
+  async putMeta (key: string, bytes: Uint8Array, options: PutMetaOptions = {}): Promise<void> {
+    this.#assertOpen('putMeta')
+    const digest = metaKeyDigest(key, this.location)
+    if (options.verified !== true) assertContentMatches(digest, bytes, `metadata object ${key}`, this.location)
+    if (options.pinned === true) this.quota.pin([key])
+    await this.#insert('meta', key, bytes, this.quota.isPinned(key))
+  }
+
+  pin (keys: Iterable<string>): void { this.#assertOpen('pin'); this.quota.pin(keys) }
+  unpin (keys: Iterable<string>): void { this.#assertOpen('unpin'); this.quota.unpin(keys) }
+
+  stats (): ChunkCacheStats {
+    const u = this.quota.usage()
+    return {
+      bytes: u.bytes,
+      chunks: u.chunks,
+      metaBytes: u.metaBytes,
+      metaObjects: u.metaObjects,
+      pinned: this.quota.pinnedCount,
+      hits: this.#hits,
+      misses: this.#misses,
+      evictions: this.quota.evictions,
+      rejected: this.#rejected,
+      capBytes: this.quota.capBytes,
+      diskBytes: this.#closed ? 0 : this.diskBytes()
+    }
+  }
+
+  async reclaim (): Promise<number> {
+    this.#assertOpen('reclaim')
+    return await this.quota.reclaim()
+  }
+
+  close (): Promise<void> {
+    this.#closing ??= this.#close()
+    return this.#closing
+  }
+
+  protected get closed (): boolean { return this.#closed }
+
+  async #close (): Promise<void> {
+    await Promise.allSettled([...this.#writing.values()])
+    await this.quota.close().catch(() => {})
+    this.#closed = true
+    await this.closeStorage()
+  }
+
+  /** One write per key at a time; an existing entry is left as it is (content-addressed). */
+  #insert (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean): Promise<void> {
+    const running = this.#writing.get(key)
+    if (running !== undefined) return running
+    if (this.exists(kind, key)) return Promise.resolve()
+    const p = this.#write(kind, key, bytes, pinned).finally(() => this.#writing.delete(key))
+    this.#writing.set(key, p)
+    return p
+  }
+
+  async #write (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean): Promise<void> {
+    // Pinned metadata is small and must stay: it goes in even above the cap.
+    if (!pinned && !(await this.quota.makeRoom(bytes.length))) { this.#rejected++; return }
+    if (this.#closed) return
+    this.quota.added(kind, bytes.length)
+    try {
+      await this.write(kind, key, bytes, this.quota.now())
+    } catch (err) {
+      this.quota.removed(kind, bytes.length)
+      throw err
+    }
+    this.quota.afterInsert()
+  }
+
+  #assertOpen (op: string): void {
+    if (this.#closed || this.#closing !== undefined) throw new UsageError(`cannot ${op}: cache ${this.location} is closed`)
+  }
+}

@@ -1,0 +1,275 @@
+/**
+ * LmdbChunkCache: the node's persistent, memory-mapped chunk cache
+ * (lmdb-js), one per LAYERD_HOME, shared by every mount in the daemon.
+ *
+ * One lmdb environment in `dir` (data.mdb, lock.mdb) with five databases:
+ * | db       | key             | value                                   |
+ * |----------|-----------------|-----------------------------------------|
+ * | chunks   | sha256 hex      | plain chunk bytes (a hit is one memcpy) |
+ * | meta     | `<prefix>/<hex>`| stored (compressed) TOC/manifest bytes  |
+ * | access   | entry key       | [atimeMs, size, kind]                   |
+ * | lru      | [atimeMs, key]  | [size, kind]: the eviction order        |
+ * | info     | 'usage' …       | usage counters, format version          |
+ *
+ * Every change (insert, delete, eviction batch, access-time flush) writes the
+ * data, both index rows and the usage counters in ONE lmdb transaction
+ * (lmdb-js batches the writes issued in one event turn), so a crash can lose
+ * the last transactions but never leaves index, data and counters out of
+ * step. The index is kept here, next to the data, rather than in the
+ * node's sqlite: no second store to reconcile after a crash, and index
+ * writes run on lmdb's write thread instead of blocking the FUSE thread
+ * (see README.md for the measurement).
+ *
+ * Durability: lmdb-js's default overlappingSync (commit, then fsync off the
+ * write lock) keeps the file consistent across power loss; `noSync` is
+ * offered for throwaway caches only, since lmdb documents that a system crash
+ * with it can corrupt the file. Entries are verified before insert, so a
+ * consistent file never holds wrong bytes.
+ *
+ * Index mutations that read before they write (delete, eviction, access-time
+ * flush) run one at a time, each after the previous one committed, so they
+ * never act on a stale snapshot.
+ *
+ * One process opens a cache directory at a time (the daemon, under its pid
+ * file); the quota's counters live in that process.
+ *
+ * May import: src/errors.ts, ./base-chunk-cache.ts, ./cache-quota.ts, lmdb.
+ */
+import { mkdirSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { open, type Database, type RootDatabase } from 'lmdb'
+import { LimitExceededError, StoreUnavailableError, UnsupportedError } from '../errors.js'
+import { BaseChunkCache } from './base-chunk-cache.js'
+import {
+  CacheQuota, type CacheQuotaOptions, type CacheUsage, type EntryKind, type IndexedEntry
+} from './cache-quota.js'
+
+export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
+  /** Address space reserved for the map. Default: 2 × cap + 1 GiB (256 GiB when uncapped); lmdb-js grows it if needed. */
+  mapSizeBytes?: number
+  /** Skip fsync entirely. Faster writes; a system crash may corrupt the file. Default false. */
+  noSync?: boolean
+}
+
+/** Bumped when the on-disk layout changes; an older cache must be removed. */
+export const LMDB_CACHE_FORMAT = 1
+const GIB = 1024 ** 3
+const KIND_CODES: Record<EntryKind, number> = { chunk: 0, meta: 1 }
+const KINDS: EntryKind[] = ['chunk', 'meta']
+
+type AccessRow = [atimeMs: number, size: number, kind: number]
+type LruKey = [atimeMs: number, key: string]
+interface LruEntry extends IndexedEntry { atimeMs: number }
+
+export class LmdbChunkCache extends BaseChunkCache {
+  readonly location: string
+  readonly #env: RootDatabase
+  readonly #chunks: Database<Buffer, string>
+  readonly #meta: Database<Buffer, string>
+  readonly #access: Database<AccessRow, string>
+  readonly #lru: Database<[number, number], LruKey>
+  readonly #info: Database<unknown, string>
+  #serial: Promise<unknown> = Promise.resolve()
+
+  /**
+   * Open (creating) the cache in `dir`. Sync. Throws StoreUnavailableError
+   * when lmdb cannot open the directory, UnsupportedError for a cache
+   * written in another format, UsageError for invalid quota options.
+   */
+  static open (dir: string, options: LmdbChunkCacheOptions = {}): LmdbChunkCache {
+    return new LmdbChunkCache(resolve(dir), options)
+  }
+
+  private constructor (dir: string, options: LmdbChunkCacheOptions) {
+    const quota = new CacheQuota(options)
+    super(quota)
+    this.location = dir
+    const cap = quota.capBytes
+    const mapSize = options.mapSizeBytes ?? (Number.isFinite(cap) ? 2 * cap + GIB : 256 * GIB)
+    try {
+      mkdirSync(dir, { recursive: true, mode: 0o700 })
+      this.#env = open({ path: dir, mapSize, maxDbs: 8, noSync: options.noSync === true, noMemInit: true })
+    } catch (err) {
+      throw new StoreUnavailableError(`cannot open chunk cache ${dir}: ${(err as Error).message}`, { cause: err })
+    }
+    this.#chunks = this.#env.openDB({ name: 'chunks', encoding: 'binary' })
+    this.#meta = this.#env.openDB({ name: 'meta', encoding: 'binary' })
+    this.#access = this.#env.openDB({ name: 'access' })
+    this.#lru = this.#env.openDB({ name: 'lru' })
+    this.#info = this.#env.openDB({ name: 'info' })
+    const format = this.#info.get('format')
+    if (format !== undefined && format !== LMDB_CACHE_FORMAT) {
+      void this.#env.close()
+      throw new UnsupportedError(`chunk cache ${dir} has format ${String(format)}, this layerd reads ${LMDB_CACHE_FORMAT}: remove the directory`)
+    }
+    if (format === undefined) this.#info.putSync('format', LMDB_CACHE_FORMAT)
+    quota.attach(this, this.#loadUsage())
+  }
+
+  protected readChunk (digest: string): Buffer | undefined {
+    const fast = this.#chunks.getBinaryFast(digest)
+    // lmdb's shared buffer reports a patched `length`; hand out a plain view of it.
+    return fast === undefined ? undefined : fast.subarray(0, fast.length)
+  }
+
+  protected readMeta (key: string): Buffer | undefined {
+    return this.#meta.getBinary(key)
+  }
+
+  protected exists (kind: EntryKind, key: string): boolean {
+    const row = this.#access.get(key)
+    return row !== undefined && row[2] === KIND_CODES[kind]
+  }
+
+  protected async write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number): Promise<void> {
+    const code = KIND_CODES[kind]
+    const writes = [
+      this.#db(kind).put(key, bytes as Buffer),
+      this.#access.put(key, [atimeMs, bytes.length, code]),
+      this.#lru.put([atimeMs, key], [bytes.length, code]),
+      this.#info.put('usage', this.quota.usage())
+    ]
+    await this.#commit(writes, `store ${kind} ${key}`)
+  }
+
+  protected remove (kind: EntryKind, key: string): Promise<void> {
+    return this.#inOrder(async () => {
+      const row = this.#access.get(key)
+      if (row === undefined || row[2] !== KIND_CODES[kind]) return
+      await this.#commit(this.#removeRow(key, row), `delete ${kind} ${key}`)
+    })
+  }
+
+  protected diskBytes (): number {
+    const s = this.#env.getStats() as { lastPageNumber: number, pageSize: number }
+    return (s.lastPageNumber + 1) * s.pageSize
+  }
+
+  protected async closeStorage (): Promise<void> {
+    await this.#serial.catch(() => {})
+    await this.#env.close()
+  }
+
+  * coldest (): Iterable<IndexedEntry> {
+    for (const { key, value } of this.#lru.getRange({ snapshot: true })) {
+      const entry: LruEntry = { key: key[1], kind: KINDS[value[1]] ?? 'chunk', size: value[0], atimeMs: key[0] }
+      yield entry
+    }
+  }
+
+  evict (entries: IndexedEntry[]): Promise<number> {
+    return this.#inOrder(async () => {
+      const writes: Array<Promise<unknown>> = []
+      let removed = 0
+      for (const e of entries) {
+        const row = this.#access.get(e.key)
+        const lruTime = (e as Partial<LruEntry>).atimeMs
+        if (row === undefined || (lruTime !== undefined && row[0] !== lruTime)) {
+          // The entry went, or was used since it was listed: at most a stale lru row is left.
+          if (lruTime !== undefined) writes.push(this.#lru.remove([lruTime, e.key]))
+          continue
+        }
+        writes.push(...this.#removeRow(e.key, row))
+        removed++
+      }
+      if (writes.length > 0) await this.#commit(writes, `evict ${removed} entries`)
+      return removed
+    })
+  }
+
+  saveAccessTimes (times: ReadonlyMap<string, number>): Promise<void> {
+    return this.#inOrder(async () => {
+      const writes: Array<Promise<unknown>> = []
+      for (const [key, atimeMs] of times) {
+        const row = this.#access.get(key)
+        if (row === undefined || row[0] >= atimeMs) continue
+        const [oldTime, size, code] = row
+        writes.push(
+          this.#lru.remove([oldTime, key]),
+          this.#lru.put([atimeMs, key], [size, code]),
+          this.#access.put(key, [atimeMs, size, code])
+        )
+      }
+      if (writes.length > 0) await this.#commit(writes, `save ${times.size} access times`)
+    })
+  }
+
+  /** Issue the removal of one present entry (sync) and account for it. */
+  #removeRow (key: string, [atimeMs, size, code]: AccessRow): Array<Promise<unknown>> {
+    const kind = KINDS[code] ?? 'chunk'
+    this.quota.removed(kind, size)
+    return [
+      this.#db(kind).remove(key),
+      this.#access.remove(key),
+      this.#lru.remove([atimeMs, key]),
+      this.#info.put('usage', this.quota.usage())
+    ]
+  }
+
+  #db (kind: EntryKind): Database<Buffer, string> {
+    return kind === 'chunk' ? this.#chunks : this.#meta
+  }
+
+  #inOrder<T> (fn: () => Promise<T>): Promise<T> {
+    const next = this.#serial.then(fn, fn)
+    this.#serial = next.catch(() => {})
+    return next
+  }
+
+  async #commit (writes: Array<Promise<unknown>>, what: string): Promise<void> {
+    try {
+      await Promise.all(writes)
+    } catch (err) {
+      const msg = (err as Error).message
+      if (/MDB_MAP_FULL|ENOSPC|EDQUOT|No space/i.test(msg)) {
+        throw new LimitExceededError(`chunk cache ${this.location} is full: cannot ${what}: ${msg}`, { cause: err })
+      }
+      throw new StoreUnavailableError(`chunk cache ${this.location} cannot ${what}: ${msg}`, { cause: err })
+    }
+  }
+
+  /** The persisted counters, or a recount when they disagree with the index (an older crash, a failed batch). */
+  #loadUsage (): CacheUsage {
+    const saved = this.#info.get('usage') as CacheUsage | undefined
+    const rows = (this.#access.getStats() as { entryCount: number }).entryCount
+    const data = (this.#chunks.getStats() as { entryCount: number }).entryCount +
+      (this.#meta.getStats() as { entryCount: number }).entryCount
+    const lru = (this.#lru.getStats() as { entryCount: number }).entryCount
+    if (saved !== undefined && rows === data && rows === lru && saved.chunks + saved.metaObjects === rows) return saved
+    return this.#rebuildIndex()
+  }
+
+  /**
+   * Make index and counters match the data again: data without an index
+   * row becomes the coldest entry, index rows without data go. Sync; only
+   * after an inconsistency, never on a normal open.
+   */
+  #rebuildIndex (): CacheUsage {
+    const usage: CacheUsage = { bytes: 0, chunks: 0, metaBytes: 0, metaObjects: 0 }
+    this.#env.transactionSync(() => {
+      this.#lru.clearSync()
+      // Keys only: listing keys does not copy values out of the map.
+      const present = KINDS.map(kind => new Set(this.#db(kind).getKeys({}) as Iterable<string>))
+      const dangling: string[] = []
+      for (const { key, value } of this.#access.getRange({})) {
+        if (!(present[value[2]]?.has(key) ?? false)) dangling.push(key)
+      }
+      for (const key of dangling) this.#access.removeSync(key)
+      KINDS.forEach((kind, code) => {
+        for (const key of present[code]!) {
+          let row = this.#access.get(key)
+          if (row === undefined || row[2] !== code) {
+            row = [0, this.#db(kind).getBinaryFast(key)?.length ?? 0, code]
+            this.#access.putSync(key, row)
+          }
+          this.#lru.putSync([row[0], key], [row[1], row[2]])
+          usage.bytes += row[1]
+          if (kind === 'chunk') usage.chunks++
+          else { usage.metaBytes += row[1]; usage.metaObjects++ }
+        }
+      })
+      this.#info.putSync('usage', usage)
+    })
+    return usage
+  }
+}
