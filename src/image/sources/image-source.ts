@@ -86,6 +86,14 @@ export interface OpenImageSourceOptions {
   warn?: (message: string) => void
   /** Turn every warning into a BadInputError. */
   strict?: boolean
+  /**
+   * Which image to read when the input holds several: an OCI layout or
+   * archive's `org.opencontainers.image.ref.name` (or
+   * `io.containerd.image.name`) annotation, or a docker-archive's RepoTags
+   * entry (`repo:tag`, or just `tag` when that is unambiguous). Without it,
+   * a single image is taken, else the linux/amd64 one, else it is an error.
+   */
+  tag?: string
 }
 
 export const ZERO_DIFF_ID: Digest = `sha256:${'0'.repeat(64)}`

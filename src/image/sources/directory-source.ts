@@ -1,0 +1,194 @@
+/**
+ * A directory tree as a one-layer image, read by walking it: lstat (never
+ * following symlinks), readlink, xattrs through the native addon, device
+ * numbers from rdev, hardlinks detected by (dev, ino) when nlink > 1 (later
+ * paths become `hardlink` entries naming the first). Order is deterministic:
+ * names sorted by their UTF-8 bytes, parents before children.
+ *
+ * Sockets are skipped and mount points inside the tree are recorded as empty
+ * directories, each with a warning (see ingest-policy.ts). File content is
+ * streamed; a file that changes size while it is read is refused.
+ *
+ * May import: src/errors.ts, src/format/, src/native.ts, the modules next to it.
+ */
+import { constants, type BigIntStats } from 'node:fs'
+import { lstat, open, readdir, readlink } from 'node:fs/promises'
+import { join } from 'node:path'
+import { BadInputError, UsageError } from '../../errors.js'
+import type { Digest } from '../../format/digest.js'
+import { joinPath } from '../../format/paths.js'
+import { lgetxattr, llistxattr } from '../../native.js'
+import { ZERO_DIFF_ID, type ImageSource, type LayerEntry, type LayerSource } from './image-source.js'
+import { LayerPolicy, type IngestContext, type RawEntry } from './ingest-policy.js'
+import { minimalConfig } from './rootfs-tar-source.js'
+
+const READ_CHUNK_BYTES = 1024 * 1024
+const UTF8 = new TextDecoder('utf-8', { fatal: true })
+
+/** A one-layer image of the directory at `path`. Sync; nothing is read until the layer's entries are. */
+export function openDirectory (path: string, ctx: IngestContext): ImageSource {
+  const layer = new DirectoryLayerSource(path, ctx)
+  return { kind: 'directory', name: path, config: minimalConfig([ZERO_DIFF_ID]), layers: [layer], close: async () => {} }
+}
+
+export class DirectoryLayerSource implements LayerSource {
+  readonly name: string
+  readonly #root: string
+  readonly #ctx: IngestContext
+  #started = false
+
+  constructor (root: string, ctx: IngestContext) {
+    this.#root = root
+    this.#ctx = ctx
+    this.name = `directory ${root}, layer 1 of 1`
+  }
+
+  /** Always ZERO_DIFF_ID: a directory has no tar to digest. */
+  diffId (): Digest {
+    return ZERO_DIFF_ID
+  }
+
+  /** See {@link LayerSource.entries}. An entry's unread content is simply not read. */
+  async * entries (): AsyncGenerator<LayerEntry> {
+    if (this.#started) throw new UsageError(`${this.name}: entries() can be read only once`)
+    this.#started = true
+    const policy = new LayerPolicy(this.name, this.#ctx)
+    const firstPaths = new Map<string, string>()
+    const rootStat = await this.#lstat(this.#root, '')
+    if (!rootStat.isDirectory()) throw new BadInputError(`${this.name}: not a directory`)
+    const stack: Array<{ abs: string, rel: string, st: BigIntStats }> = [{ abs: this.#root, rel: '', st: rootStat }]
+    while (stack.length > 0) {
+      const { abs, rel, st } = stack.pop()!
+      const raw = await this.#rawEntry(abs, rel, st, firstPaths)
+      if (raw === undefined) continue
+      const header = policy.admit(raw)
+      if (header === undefined) continue
+      if (header.type === 'file') yield { header, body: readFile(abs, header.size, `${this.name}: ${JSON.stringify(rel)}`) }
+      else yield { header }
+      if (raw.type !== 'dir') continue
+      if (st.dev !== rootStat.dev) {
+        this.#ctx.notice(`${this.name}: ${JSON.stringify(rel)} is a mount point; recorded as an empty directory`)
+        continue
+      }
+      const children = await this.#children(abs, rel)
+      // Pushed in reverse so they pop in sorted order, each subtree before the next sibling.
+      for (let i = children.length - 1; i >= 0; i--) stack.push(children[i]!)
+    }
+  }
+
+  async #children (abs: string, rel: string): Promise<Array<{ abs: string, rel: string, st: BigIntStats }>> {
+    let names: Buffer[]
+    try { names = await readdir(abs, { encoding: 'buffer' }) } catch (err) {
+      throw new BadInputError(`${this.name}: cannot list ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
+    }
+    names.sort(Buffer.compare)
+    const out = []
+    for (const raw of names) {
+      let name: string
+      try { name = UTF8.decode(raw) } catch {
+        throw new BadInputError(`${this.name}: ${JSON.stringify(rel)} holds a name that is not valid UTF-8 (${raw.toString('hex')})`)
+      }
+      const childAbs = join(abs, name)
+      const childRel = joinPath(rel, name)
+      out.push({ abs: childAbs, rel: childRel, st: await this.#lstat(childAbs, childRel) })
+    }
+    return out
+  }
+
+  async #rawEntry (abs: string, rel: string, st: BigIntStats, firstPaths: Map<string, string>): Promise<RawEntry | undefined> {
+    const base = {
+      name: rel,
+      mode: Number(st.mode & 0o7777n),
+      uid: Number(st.uid),
+      gid: Number(st.gid),
+      mtime: Number(floorDiv(st.mtimeNs, 1_000_000_000n)),
+      size: 0
+    }
+    if (st.isSocket()) {
+      this.#ctx.notice(`${this.name}: ${JSON.stringify(rel)} is a socket; skipped`)
+      return undefined
+    }
+    if (!st.isDirectory() && st.nlink > 1n) {
+      const key = `${st.dev}:${st.ino}`
+      const first = firstPaths.get(key)
+      // The inode's xattrs travel with the first path, as in a tar.
+      if (first !== undefined) return { ...base, type: 'hardlink', linkname: first }
+      firstPaths.set(key, rel)
+    }
+    const xattrs = this.#xattrs(abs, rel)
+    const withXattrs = (e: RawEntry): RawEntry => (xattrs !== undefined ? { ...e, xattrs } : e)
+    if (st.isDirectory()) return withXattrs({ ...base, type: 'dir' })
+    if (st.isFile()) return withXattrs({ ...base, type: 'file', size: Number(st.size) })
+    if (st.isSymbolicLink()) {
+      let target: string
+      try { target = UTF8.decode(await readlink(abs, { encoding: 'buffer' })) } catch (err) {
+        throw new BadInputError(`${this.name}: cannot read symlink ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
+      }
+      return withXattrs({ ...base, type: 'symlink', linkname: target })
+    }
+    if (st.isFIFO()) return withXattrs({ ...base, type: 'fifo' })
+    if (st.isCharacterDevice() || st.isBlockDevice()) {
+      const { major, minor } = splitDev(st.rdev)
+      return withXattrs({ ...base, type: st.isCharacterDevice() ? 'char' : 'block', devMajor: major, devMinor: minor })
+    }
+    throw new BadInputError(`${this.name}: ${JSON.stringify(rel)} has an unknown file type`)
+  }
+
+  #xattrs (abs: string, rel: string): Map<string, Uint8Array> | undefined {
+    let names: string[]
+    try { names = llistxattr(abs) } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'ENOTSUP' || code === 'EOPNOTSUPP') return undefined
+      throw new BadInputError(`${this.name}: cannot list the xattrs of ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
+    }
+    if (names.length === 0) return undefined
+    const out = new Map<string, Uint8Array>()
+    for (const name of names) {
+      try { out.set(name, lgetxattr(abs, name)) } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENODATA') continue
+        throw new BadInputError(`${this.name}: cannot read xattr ${name} of ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
+      }
+    }
+    return out.size > 0 ? out : undefined
+  }
+
+  async #lstat (abs: string, rel: string): Promise<BigIntStats> {
+    try { return await lstat(abs, { bigint: true }) } catch (err) {
+      throw new BadInputError(`${this.name}: cannot stat ${JSON.stringify(rel === '' ? '.' : rel)}: ${(err as Error).message}`, { cause: err })
+    }
+  }
+}
+
+/** Stream exactly `size` bytes of a regular file, refusing one that is replaced, shrinks or grows meanwhile. */
+async function * readFile (abs: string, size: number, label: string): AsyncGenerator<Uint8Array> {
+  let fh
+  try { fh = await open(abs, constants.O_RDONLY | constants.O_NOFOLLOW) } catch (err) {
+    throw new BadInputError(`${label}: cannot open: ${(err as Error).message}`, { cause: err })
+  }
+  try {
+    let done = 0
+    while (done < size) {
+      const buf = Buffer.allocUnsafe(Math.min(READ_CHUNK_BYTES, size - done))
+      const { bytesRead } = await fh.read(buf, 0, buf.length, done)
+      if (bytesRead === 0) throw new BadInputError(`${label}: shrank from ${size} to ${done} bytes while being read`)
+      done += bytesRead
+      yield buf.subarray(0, bytesRead)
+    }
+    const { bytesRead } = await fh.read(Buffer.alloc(1), 0, 1, size)
+    if (bytesRead !== 0) throw new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
+  } finally {
+    await fh.close()
+  }
+}
+
+/** glibc's major/minor split of a dev_t. */
+function splitDev (rdev: bigint): { major: number, minor: number } {
+  const major = ((rdev >> 8n) & 0xfffn) | ((rdev >> 32n) & 0xfffff000n)
+  const minor = (rdev & 0xffn) | ((rdev >> 12n) & 0xffffff00n)
+  return { major: Number(major), minor: Number(minor) }
+}
+
+function floorDiv (a: bigint, b: bigint): bigint {
+  const q = a / b
+  return (a % b !== 0n && (a < 0n) !== (b < 0n)) ? q - 1n : q
+}
