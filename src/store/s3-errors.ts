@@ -93,7 +93,8 @@ export function classifyS3Error (err: unknown, op: S3StoreOp, key: string, store
   }
   if (name === 'TimeoutError' || name === 'AbortError' || NETWORK_ERROR_CODES.has(code)) {
     const reason = firstLine(e.message).replace(/^@smithy\/node-http-handler - (\[ERROR\] )?/, '')
-    return new StoreUnavailableError(`${what}: the endpoint did not answer (${name === 'TimeoutError' ? 'timed out' : code || name}: ${reason})`, cause)
+    const label = NETWORK_ERROR_CODES.has(code) && code !== 'ETIMEDOUT' ? code : name === 'TimeoutError' ? 'timed out' : code || name
+    return new StoreUnavailableError(`${what}: the endpoint did not answer (${label}: ${reason})`, cause)
   }
   // Unknown failures (a proxy's HTML error page, a truncated body, ...) are
   // treated as transient: the retry layer bounds the cost of being wrong.
