@@ -3,8 +3,14 @@
  *
  * Backends (MemoryObjectStore, FsObjectStore, S3ObjectStore) implement one
  * attempt of each operation and classify their failures into LayerdErrors.
- * Retries and digest verification live once, above them (retrying-store.ts,
- * src/image/objects.ts). Every backend passes store/conformance.ts.
+ * Retries and digest verification live once, above them
+ * (retrying-object-store.ts, src/image/). Every backend passes
+ * store/conformance.ts.
+ *
+ * Keys follow object-key.ts (`/`-separated components; no empty, `.` or `..`
+ * component, no control characters, no `.tmp-` component prefix, at most
+ * 1024 bytes): every method throws BadInputError for a key that breaks them.
+ * After close(), every method but close() throws UsageError.
  *
  * May import: src/errors.ts, src/format/. Nothing above it.
  */
@@ -46,6 +52,6 @@ export interface ObjectStore {
   /** Remove the object. Removing a missing key is not an error. Async. */
   delete (key: string): Promise<void>
 
-  /** Release connections and handles. Idempotent. */
+  /** Release connections and handles. Idempotent; later calls to other methods throw UsageError. */
   close (): Promise<void>
 }
