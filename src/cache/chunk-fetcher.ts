@@ -93,6 +93,9 @@ interface Pending {
   /** Sinks of the readers waiting; the first started the fetch. */
   sinks: FetchStats[]
   job: RunJob | undefined
+  /** Resolves once the fetch is over: chunk written to the cache (or the write failed), or fetch failed. */
+  settled: Promise<void>
+  settle: () => void
 }
 
 interface RunJob extends FetchJob { run: () => Promise<void>, range: RangeRun<ChunkRef>, pendings: Pending[] }
@@ -187,12 +190,22 @@ export class ChunkFetcher {
     for (const ref of refs) {
       if (seen.has(ref.digest)) { result.cached++; continue }
       seen.add(ref.digest)
-      if (this.#inflight.get(ref.digest) === undefined && this.#cache.has(ref.digest)) { result.cached++; continue }
+      if (this.#cache.has(ref.digest)) { result.cached++; continue }
       const p = this.#join(ref, 'prefetch', options.stats)
-      waits.push(p.promise.then(() => { result.fetched++ }, () => { result.failed++ }))
+      // Done means cached (or failed), so a read right after is a hit.
+      waits.push(p.promise.then(async () => { await p.settled; result.fetched++ }, () => { result.failed++ }))
     }
     await Promise.all(waits)
     return result
+  }
+
+  /** Resolves when nothing is being fetched or written to the cache. Async. */
+  async idle (): Promise<void> {
+    while (this.#planScheduled || this.#inflight.size > 0) {
+      if (this.#planScheduled) await new Promise(resolve => setImmediate(resolve))
+      await this.#scheduler.idle()
+      if (!this.#planScheduled && this.#inflight.size > 0) await new Promise(resolve => setImmediate(resolve))
+    }
   }
 
   /**
@@ -228,7 +241,9 @@ export class ChunkFetcher {
     let reject!: (e: Error) => void
     const promise = new Promise<Buffer>((res, rej) => { resolve = res; reject = rej })
     promise.catch(() => {}) // a prefetch-only fetch may have nobody awaiting it
-    p = { ref, promise, resolve, reject, priority, sinks: sink === undefined ? [] : [sink], job: undefined }
+    let settle!: () => void
+    const settled = new Promise<void>(res => { settle = res })
+    p = { ref, promise, resolve, reject, priority, sinks: sink === undefined ? [] : [sink], job: undefined, settled, settle }
     this.#inflight.set(ref.digest, p)
     this.#unplanned.push(p)
     if (!this.#planScheduled) {
@@ -304,6 +319,7 @@ export class ChunkFetcher {
         this.#log(`could not cache ${describeChunk(p.ref, this.#store.url)}: ${(err as Error).message}`)
       }).finally(() => {
         if (this.#inflight.get(p.ref.digest) === p) this.#inflight.delete(p.ref.digest)
+        p.settle()
       }))
     }
     await Promise.all(writes)
@@ -342,5 +358,6 @@ export class ChunkFetcher {
   #fail (p: Pending, err: Error): void {
     if (this.#inflight.get(p.ref.digest) === p) this.#inflight.delete(p.ref.digest)
     p.reject(err)
+    p.settle()
   }
 }

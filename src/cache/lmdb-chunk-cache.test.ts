@@ -36,7 +36,7 @@ t.test('LmdbChunkCache.open() repairs an index that lost step with the data', as
   // Damage the cache the way a foreign writer (or a future bug) could:
   // data without index rows, and index rows without data.
   const tamper = async (fn: (chunks: ReturnType<ReturnType<typeof open>['openDB']>) => Promise<unknown>): Promise<void> => {
-    const env = open({ path: dir, maxDbs: 8 })
+    const env = open({ path: dir, noSubdir: false, maxDbs: 8 })
     await fn(env.openDB({ name: 'chunks', encoding: 'binary' }))
     await env.close()
   }
@@ -60,7 +60,7 @@ t.test('LmdbChunkCache.open() repairs an index that lost step with the data', as
 
 t.test('LmdbChunkCache.open() refuses a cache written in another format', async t => {
   const dir = join(t.testdir(), 'cache')
-  const env = open({ path: dir, maxDbs: 8 })
+  const env = open({ path: dir, noSubdir: false, maxDbs: 8 })
   await env.openDB({ name: 'info' }).put('format', 99)
   await env.close()
   t.throws(() => LmdbChunkCache.open(dir), UnsupportedError)

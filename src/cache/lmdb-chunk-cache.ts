@@ -88,7 +88,7 @@ export class LmdbChunkCache extends BaseChunkCache {
     const mapSize = options.mapSizeBytes ?? (Number.isFinite(cap) ? 2 * cap + GIB : 256 * GIB)
     try {
       mkdirSync(dir, { recursive: true, mode: 0o700 })
-      this.#env = open({ path: dir, mapSize, maxDbs: 8, noSync: options.noSync === true, noMemInit: true })
+      this.#env = open({ path: dir, noSubdir: false, mapSize, maxDbs: 8, noSync: options.noSync === true, noMemInit: true })
     } catch (err) {
       throw new StoreUnavailableError(`cannot open chunk cache ${dir}: ${(err as Error).message}`, { cause: err })
     }
