@@ -60,7 +60,7 @@ t.test('RetryingObjectStore gives up at its deadline, whatever maxAttempts says'
   const started = Date.now()
   await t.rejects(store.get('k'), StoreUnavailableError)
   const ms = Date.now() - started
-  t.ok(ms <= 300 + 50, `gave up after ${ms} ms`)
+  t.ok(ms <= 300 + 150, `gave up after ${ms} ms (deadline 300 ms)`)
   t.ok(faulty.counters.injectedFailures > 3, `after ${faulty.counters.injectedFailures} attempts`)
 })
 
