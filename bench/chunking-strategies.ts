@@ -159,7 +159,7 @@ export function candidates (): Candidate[] {
       chunkLayer: fs => streamOf(fs, cdc(avg * KIB), size => size >= large * KIB)
     })
   }
-  for (const [avg, large] of [[32, 64], [64, 128]] as const) {
+  for (const [avg, large] of [[32, 8], [32, 64], [64, 16], [64, 128]] as const) {
     list.push({
       name: `packed-${avg}k/${large}k`,
       describe: `files < ${large} KiB packed whole into chunks with FastCDC-chosen ends (avg ${avg} KiB); larger files FastCDC avg ${avg} KiB on their own`,

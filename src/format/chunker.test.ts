@@ -2,7 +2,7 @@ import t from 'tap'
 import { createHash } from 'node:crypto'
 import { UsageError } from '../errors.js'
 import {
-  type Chunker, type FastCdcOptions, FastCdcChunker, FixedSizeChunker, GEAR_TABLE, chunkBuffer
+  type Chunker, type FastCdcOptions, DEFAULT_FASTCDC_OPTIONS, FastCdcChunker, FixedSizeChunker, GEAR_TABLE, chunkBuffer
 } from './chunker.js'
 
 /** xorshift32 bytes: a seeded pseudo-random input that is the same on every machine. */
@@ -100,6 +100,7 @@ t.test('FastCdcChunker.push() resynchronizes after a local edit', async t => {
 t.test('FastCdcChunker cuts pinned chunks for a seeded pseudo-random input', async t => {
   // If these change, chunk boundaries changed: stored images stop deduplicating against new pushes.
   // The digests were cross-checked against an independent Python implementation of the same spec.
+  t.same(DEFAULT_FASTCDC_OPTIONS, OPTS_32K, 'the sizes push uses are among the pinned ones')
   const data = seededBytes(4 * 1024 * KIB, 0x5eed)
   const pins: Array<[FastCdcOptions, number, string]> = [
     [OPTS_16K, 221, '42125254c0af23ae2c916edd550ccaaed6c4fc39b5ca27995bdfabad8d554d96'],
