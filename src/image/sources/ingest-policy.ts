@@ -9,8 +9,9 @@
  * - an absolute entry name (`/etc/passwd`) or hardlink target is made
  *   relative to the image root, as docker does;
  * - bytes after a tar's end-of-archive marker are ignored (as GNU tar and
- *   Go's archive/tar do). A tar without the marker is read to its end
- *   silently (umoci writes layers that way; Go accepts them);
+ *   Go's archive/tar do). A tar without the marker, or without the zero
+ *   padding after its last entry's data, is read to its end silently
+ *   (umoci writes layers that way; Go accepts them);
  * - `.wh..wh.*` markers other than the opaque marker (aufs metadata) are
  *   skipped;
  * - (directory sources) sockets are skipped; mount points inside the

@@ -42,6 +42,9 @@ export interface TarLayerInput {
   onDiffId?: (diffId: Digest) => void
 }
 
+/** Read size for layer files: fewer, larger reads (the stored bytes are consumed at once by the decompressor). */
+export const LAYER_READ_BYTES = 1024 * 1024
+
 /** Sentinel: the extract was closed (by the consumer or by its own error) while the pump was writing. */
 const EXTRACT_CLOSED = new Error('tar extract closed')
 
@@ -183,7 +186,8 @@ export class TarLayerSource implements LayerSource {
         const forward = guard.push(chunk)
         if (forward.length > 0) await writeTo(extract, forward)
       }
-      guard.end()
+      const padding = guard.end()
+      if (padding.length > 0) await writeTo(extract, padding)
       extract.end(null)
     }
     const stages: Array<Transform | ((s: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>)> =

@@ -5,7 +5,7 @@
  * slash-separated and already validated by the caller (built from checked
  * digests or normalized manifest entries).
  *
- * May import: src/errors.ts, tar-index.ts.
+ * May import: src/errors.ts, tar-index.ts, layer-tar.ts (constants).
  */
 import { createReadStream } from 'node:fs'
 import { open, stat } from 'node:fs/promises'
@@ -13,6 +13,7 @@ import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { BadInputError } from '../../errors.js'
 import type { TarIndex } from './tar-index.js'
+import { LAYER_READ_BYTES } from './layer-tar.js'
 
 /** Largest JSON document (index, manifest, config) read from an image. */
 export const MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -57,7 +58,7 @@ export function directoryFiles (dir: string, label: string): LayoutFiles {
       }
     },
     open (rel) {
-      return createReadStream(join(dir, rel))
+      return createReadStream(join(dir, rel), { highWaterMark: LAYER_READ_BYTES })
     }
   }
 }

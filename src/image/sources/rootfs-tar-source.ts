@@ -11,7 +11,7 @@ import type { Digest } from '../../format/digest.js'
 import type { OciImageConfig } from '../../format/manifest.js'
 import type { ImageSource } from './image-source.js'
 import type { IngestContext } from './ingest-policy.js'
-import { TarLayerSource } from './layer-tar.js'
+import { LAYER_READ_BYTES, TarLayerSource } from './layer-tar.js'
 
 export const DEFAULT_PATH_ENV = 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
@@ -35,7 +35,7 @@ export function openRootfsTar (path: string, size: number, ctx: IngestContext): 
   const layer = new TarLayerSource({
     name: `tar ${path}, layer 1 of 1 (${basename(path)})`,
     inputBytes: size,
-    open: () => createReadStream(path),
+    open: () => createReadStream(path, { highWaterMark: LAYER_READ_BYTES }),
     blobSize: size,
     onDiffId: d => { diffIds[0] = d }
   }, ctx)

@@ -92,15 +92,22 @@ export class TarFramingGuard {
   }
 
   /**
-   * The stream has ended. Sync; throws BadInputError when it ended inside a
-   * header or an entry. A missing end-of-archive marker is accepted, as Go's
-   * archive/tar does (umoci writes layers without one).
+   * The stream has ended; returns the bytes still to forward to tar-stream
+   * (zero padding the input left out, else nothing). Sync; throws
+   * BadInputError when it ended inside a header or an entry's data. A
+   * missing end-of-archive marker, or missing padding after the last entry's
+   * data, is accepted, as Go's archive/tar does (umoci writes layers that
+   * way).
    */
-  end (): void {
+  end (): Uint8Array {
     const s = this.#state
     const where = this.#opts.layerName
+    if (s.at === 'data' && this.#offset >= s.member.dataOffset + s.member.size) {
+      this.#state = { at: 'header' }
+      return new Uint8Array(s.end - this.#offset)
+    }
     if (s.at === 'data') {
-      throw new BadInputError(`${where}: unexpected end of data at offset ${this.#offset} inside entry ${JSON.stringify(s.member.name)} (${s.end - this.#offset} bytes missing; truncated?)`)
+      throw new BadInputError(`${where}: unexpected end of data at offset ${this.#offset} inside entry ${JSON.stringify(s.member.name)} (${s.member.dataOffset + s.member.size - this.#offset} of its ${s.member.size} bytes missing; truncated?)`)
     }
     if (s.at === 'extension' || this.#pendingBytes > 0) {
       throw new BadInputError(`${where}: unexpected end of data at offset ${this.#offset} inside a tar header (truncated?)`)
@@ -108,6 +115,7 @@ export class TarFramingGuard {
     if (this.#trailingNonZero > 0) {
       this.#opts.warn(`${where}: ignored ${this.#trailingNonZero} non-zero bytes after the end-of-archive marker at offset ${this.#endMarkerAt} (docker ignores them too)`)
     }
+    return new Uint8Array(0)
   }
 
   /** The next entry's header, in the order tar-stream emits entries; undefined when the guard has none queued. */

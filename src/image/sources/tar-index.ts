@@ -17,6 +17,7 @@ import { Readable } from 'node:stream'
 import { open, type FileHandle } from 'node:fs/promises'
 import { BadInputError, LimitExceededError } from '../../errors.js'
 import { normalizeEntryPath, parentPath } from '../../format/paths.js'
+import { LAYER_READ_BYTES } from './layer-tar.js'
 import { TAR_BLOCK_BYTES, TarHeaderDecoder, TarSyntaxError, paddedSize, type MemberKind } from './tar-header.js'
 
 export interface ArchiveMember {
@@ -99,7 +100,7 @@ export class TarIndex {
   open (m: ArchiveMember): Readable {
     // createReadStream's `end` is inclusive, so an empty member cannot be expressed as a range.
     if (m.size === 0) return Readable.from([])
-    return createReadStream(this.path, { start: m.dataOffset, end: m.dataOffset + m.size - 1 })
+    return createReadStream(this.path, { start: m.dataOffset, end: m.dataOffset + m.size - 1, highWaterMark: LAYER_READ_BYTES })
   }
 
   /** A whole member's data, at most `maxBytes`. Async; throws BadInputError if it is larger. */
