@@ -103,6 +103,8 @@ interface RunJob extends FetchJob { run: () => Promise<void>, range: RangeRun<Ch
 export const DEFAULT_DEMAND_CONCURRENCY = 8
 export const DEFAULT_PREFETCH_CONCURRENCY = 2
 export const DEFAULT_FETCH_TIMEOUT_MS = 30_000
+/** Longest stretch of decoding before the fetcher yields to the event loop. */
+const DECODE_SLICE_MS = 2
 
 export class ChunkFetcher {
   /** The node-wide counters. */
@@ -297,7 +299,13 @@ export class ChunkFetcher {
     this.stats.fetchedBytes += data.length
     if (starter !== undefined) { starter.fetches++; starter.fetchedBytes += data.length }
     const writes: Array<Promise<void>> = []
+    let sliceStart = performance.now()
     for (const p of job.pendings) {
+      if (performance.now() - sliceStart > DECODE_SLICE_MS) {
+        // An 8 MiB run is ~100 chunks of decode + sha256: let FUSE hits in between.
+        await new Promise(resolve => setImmediate(resolve))
+        sliceStart = performance.now()
+      }
       const start = p.ref.offset - range.offset
       let plain: Buffer
       try {
