@@ -302,3 +302,28 @@ t.test('ChunkFetcher over an LmdbChunkCache fetches nothing after a restart with
   t.equal(store.calls.length, fetched, 'no GET')
   t.match(mount, { fetchedBytes: 0, hits: 10, misses: 0 })
 })
+
+t.test('ChunkFetcher.readInto() answers a fully cached read synchronously and fetches only what is missing', async t => {
+  const { store, fetcher } = setup(t)
+  const { refs, plains } = await packBlob(store, plainChunks(4, 8192))
+  const pieces = [
+    { ref: refs[0]!, offset: 8000, length: 192 },
+    { ref: refs[1]!, offset: 0, length: 8192 },
+    { ref: refs[2]!, offset: 0, length: 100 }
+  ]
+  const expected = Buffer.concat([plains[0]!.subarray(8000), plains[1]!, plains[2]!.subarray(0, 100)])
+  const mount = newFetchStats()
+  const target = Buffer.alloc(9000)
+  const first = fetcher.readInto(pieces, target, { stats: mount })
+  t.type(first, Promise, 'misses: a promise')
+  t.equal(await first, expected.length)
+  t.ok(target.subarray(0, expected.length).equals(expected))
+  target.fill(0)
+  const second = fetcher.readInto(pieces, target, { stats: mount })
+  t.equal(second, expected.length, 'all cached: a number, no promise')
+  t.ok(target.subarray(0, expected.length).equals(expected))
+  t.match(mount, { hits: 3, misses: 3, fetches: 1 })
+  await fetcher.read([refs[3]!])
+  t.throws(() => fetcher.readInto([{ ref: refs[0]!, offset: 8000, length: 193 }], target), RangeError, 'outside the chunk')
+  t.throws(() => fetcher.readInto(pieces, Buffer.alloc(10)), RangeError, 'target too small')
+})

@@ -75,6 +75,9 @@ export interface ReadOptions {
   stats?: FetchStats
 }
 
+/** `length` plain bytes at `offset` of chunk `ref`: one TOC span, resolved. */
+export interface ChunkPiece { ref: ChunkRef, offset: number, length: number }
+
 export interface PrefetchResult {
   /** Chunks asked for, already cached, fetched now, and failed (errors are counted, not thrown). */
   requested: number
@@ -177,6 +180,36 @@ export class ChunkFetcher {
       out[i] = this.#join(ref, priority, sink).promise
     }
     return Promise.all(out)
+  }
+
+  /**
+   * Copy `pieces` (byte ranges of chunks, in order) back to back into
+   * `target` from offset 0: the whole FUSE read in one call. Returns the byte
+   * count SYNCHRONOUSLY when every chunk is cached (no await on a hit), else
+   * a promise of it once the missing chunks are fetched. Errors as read();
+   * throws RangeError when `target` is too small or a piece lies outside its chunk.
+   */
+  readInto (pieces: readonly ChunkPiece[], target: Uint8Array, options: ReadOptions = {}): number | Promise<number> {
+    let pos = 0
+    let missing: number[] | undefined
+    const starts = new Array<number>(pieces.length)
+    for (let i = 0; i < pieces.length; i++) {
+      const p = pieces[i]!
+      if (p.offset < 0 || p.length < 0 || p.offset + p.length > p.ref.length || pos + p.length > target.length) {
+        throw new RangeError(`piece ${i} (${p.offset}+${p.length} of chunk ${p.ref.digest}, ${p.ref.length} bytes) does not fit`)
+      }
+      starts[i] = pos
+      const view = this.getCached(p.ref.digest, options.stats)
+      if (view !== undefined) view.copy(target, pos, p.offset, p.offset + p.length)
+      else (missing ??= []).push(i)
+      pos += p.length
+    }
+    if (missing === undefined) return pos
+    const wanted = missing
+    return this.read(wanted.map(i => pieces[i]!.ref), options).then(bufs => {
+      bufs.forEach((b, k) => { const p = pieces[wanted[k]!]!; b.copy(target, starts[wanted[k]!]!, p.offset, p.offset + p.length) })
+      return pos
+    })
   }
 
   /**
