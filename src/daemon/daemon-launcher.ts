@@ -60,7 +60,7 @@ function startDaemon (opts: DaemonOptions): void {
   mkdirSync(opts.home, { recursive: true, mode: 0o700 })
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
-    const child = spawn(process.execPath, [DAEMON_ENTRY, '--home', opts.home, ...(opts.args ?? [])], {
+    const child = spawn(process.execPath, [DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])], {
       detached: true,
       stdio: ['ignore', logFd, logFd]
     })

@@ -93,7 +93,7 @@ async function writeFile (item: WalkItem, path: string, pipeline: ContentPipelin
     await fh.close()
   }
   setXattrs(path, item.entry)
-  await lutimes(path, item.entry.mtime, item.entry.mtime)
+  await setTimes(path, item.entry.mtime)
 }
 
 /** Owner, mode, xattrs, times, in that order, without following a symlink. */
@@ -101,7 +101,13 @@ async function applyAttributes (path: string, e: TocEntry): Promise<void> {
   await lchown(path, e.uid, e.gid)
   if (e.type !== 'symlink') await chmod(path, e.mode)
   setXattrs(path, e)
-  await lutimes(path, e.mtime, e.mtime)
+  await setTimes(path, e.mtime)
+}
+
+/** Date objects, not numbers: Node replaces a negative number of seconds by the current time. */
+async function setTimes (path: string, mtimeSeconds: number): Promise<void> {
+  const t = new Date(mtimeSeconds * 1000)
+  await lutimes(path, t, t)
 }
 
 function setXattrs (path: string, e: TocEntry): void {

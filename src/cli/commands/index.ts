@@ -2,14 +2,23 @@
 import type { Command } from '../command.js'
 import { historyCommand, imagesCommand, rmCommand, tagCommand } from './images.js'
 import { inspectCommand, rebaseCommand } from './inspect.js'
+import { mountCommand, mountsCommand, prefetchCommand, statsCommand, umountCommand } from './mounts.js'
+import { exportCommand, pullCommand } from './pull.js'
 import { pushCommand } from './push.js'
 
 export const commands: Command[] = [
   pushCommand,
+  pullCommand,
+  exportCommand,
   imagesCommand,
   inspectCommand,
   historyCommand,
   tagCommand,
   rebaseCommand,
-  rmCommand
+  rmCommand,
+  mountCommand,
+  umountCommand,
+  mountsCommand,
+  statsCommand,
+  prefetchCommand
 ]

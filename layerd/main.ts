@@ -1,0 +1,74 @@
+#!/usr/bin/env node
+/**
+ * layerd: the node daemon. A thin composition root: flags, then the daemon
+ * object graph (src/daemon/layerd-daemon.ts), then serve until SIGTERM.
+ *
+ *   layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]
+ *
+ * Without --foreground it starts itself in the background and returns once
+ * the control socket answers. Exit codes: see LAYERD_EXIT.
+ */
+import { parseArgs } from 'node:util'
+import { describeError } from '../src/errors.js'
+import { parseSize } from '../src/cli/human-units.js'
+import { resolveSettings } from '../src/cli/settings.js'
+import { connectDaemon } from '../src/daemon/daemon-launcher.js'
+import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
+
+const DEFAULT_CACHE_SIZE = '10G'
+
+async function main (): Promise<number> {
+  let values
+  try {
+    ({ values } = parseArgs({
+      options: {
+        home: { type: 'string' },
+        'cache-size': { type: 'string' },
+        'no-restore': { type: 'boolean' },
+        foreground: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' }
+      }
+    }))
+  } catch (err) {
+    console.error(`layerd: ${describeError(err)}; usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]`)
+    return LAYERD_EXIT.USAGE
+  }
+  if (values.help === true) {
+    console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]')
+    return LAYERD_EXIT.OK
+  }
+  const { home } = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
+  const cacheSizeFlag = values['cache-size'] ?? process.env.LAYERD_CACHE_SIZE ?? DEFAULT_CACHE_SIZE
+  const cacheBytes = cacheSizeFlag === 'unlimited' ? Infinity : parseSize(cacheSizeFlag)
+  if (cacheBytes === undefined) {
+    console.error(`layerd: invalid --cache-size ${JSON.stringify(cacheSizeFlag)}: use a size such as 20G, or unlimited`)
+    return LAYERD_EXIT.USAGE
+  }
+  if (values.foreground !== true) {
+    const args = ['--cache-size', cacheSizeFlag, ...(values['no-restore'] === true ? ['--no-restore'] : [])]
+    const client = await connectDaemon({ home, args })
+    const info = await client.call<{ pid: number }>('ping')
+    client.close()
+    console.log(`layerd running (pid ${info.pid}) for ${home}`)
+    return LAYERD_EXIT.OK
+  }
+  const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
+  const daemon = new LayerdDaemon({ home, cacheBytes, restoreMounts: values['no-restore'] !== true, log })
+  try {
+    await daemon.start()
+  } catch (err) {
+    log(`cannot start: ${describeError(err)}`)
+    return err instanceof AlreadyRunningError ? LAYERD_EXIT.ALREADY_RUNNING : LAYERD_EXIT.CANNOT_OPEN_HOME
+  }
+  await new Promise<void>(resolve => {
+    const stop = (signal: string): void => { log(`${signal}: unmounting and stopping`); resolve() }
+    process.once('SIGTERM', () => stop('SIGTERM'))
+    process.once('SIGINT', () => stop('SIGINT'))
+  })
+  await daemon.stop()
+  return LAYERD_EXIT.OK
+}
+
+const code = await main()
+// Exit explicitly: a stopped daemon must not linger on a stray handle.
+process.exit(code)

@@ -1,0 +1,26 @@
+/**
+ * layerctl's connection to the node daemon, started on demand. The store
+ * location travels with every request, so one daemon serves any store.
+ */
+import { isAbsolute, resolve } from 'node:path'
+import type { ControlClient } from '../daemon/control-client.js'
+import { connectDaemon } from '../daemon/daemon-launcher.js'
+import type { CommandContext } from './command.js'
+
+/** The daemon for this home; connected (and started) once per command. */
+export async function daemonFor (ctx: CommandContext): Promise<ControlClient> {
+  const args = process.env.LAYERD_CACHE_SIZE === undefined ? [] : ['--cache-size', process.env.LAYERD_CACHE_SIZE]
+  const client = await connectDaemon({ home: ctx.settings.home, args })
+  ctx.defer(() => client.close())
+  return client
+}
+
+/** Store fields for a request. */
+export function storeParams (ctx: CommandContext): { store: string, s3Endpoint?: string } {
+  return { store: ctx.settings.store, ...(ctx.settings.s3Endpoint === undefined ? {} : { s3Endpoint: ctx.settings.s3Endpoint }) }
+}
+
+/** Paths go to the daemon absolute: it does not share our working directory. */
+export function absolute (path: string): string {
+  return isAbsolute(path) ? path : resolve(path)
+}

@@ -1,0 +1,177 @@
+/**
+ * The daemon's mounts: image → FUSE mount at a directory, recorded in the
+ * node database so a restarted daemon can clean what a killed one left
+ * (dead mountpoints answer ENOTCONN) and mount it again.
+ *
+ * Metadata of mounted images is pinned in the cache; chunks are not.
+ *
+ * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/, this folder.
+ */
+import { resolve } from 'node:path'
+import { NotFoundError, UsageError } from '../errors.js'
+import { digestHex } from '../format/digest.js'
+import { layerKey, manifestKey } from '../format/keys.js'
+import { resolveChunk, type ChunkRef } from '../format/toc.js'
+import type { ChunkCache } from '../cache/chunk-cache.js'
+import type { PrefetchResult } from '../cache/chunk-fetcher.js'
+import { mountImage, type ImageMount, type ImageMountStats } from '../fs/image-mount.js'
+import { lazyUnmount } from '../fs/fuse-binding.js'
+import { loadImage, type LoadedImage } from '../image/load-image.js'
+import type { NodeDb } from '../state/node-db.js'
+import { MountChunkReader } from './mount-chunk-reader.js'
+import type { StoreLocation, StorePool } from './store-pool.js'
+
+export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
+
+export interface MountInfo {
+  mountpoint: string
+  image: string
+  manifest: string
+  store: string
+  mountedAt: string
+  /** Milliseconds from request to a served mount. */
+  mountMs: number
+}
+
+export interface MountStats extends ImageMountStats {
+  mountpoint: string
+  image: string
+  fetches: number
+  prefetchedChunks: number
+  storeErrors: number
+}
+
+interface Mounted { info: MountInfo, mount: ImageMount, reader: MountChunkReader, image: LoadedImage, pins: string[], loc: StoreLocation }
+
+export class MountManager {
+  readonly #db: NodeDb
+  readonly #cache: ChunkCache
+  readonly #stores: StorePool
+  readonly #log: (line: string) => void
+  readonly #mounts = new Map<string, Mounted>()
+
+  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void) {
+    this.#db = db
+    this.#cache = cache
+    this.#stores = stores
+    this.#log = log
+    db.exec(`CREATE TABLE IF NOT EXISTS mounts (
+      mountpoint TEXT PRIMARY KEY, image TEXT NOT NULL, manifest TEXT NOT NULL,
+      store TEXT NOT NULL, s3_endpoint TEXT, mounted_at TEXT NOT NULL)`)
+  }
+
+  /** Mount an image. Async. Throws NotFoundError for an unknown image, UsageError when the directory is already a layerd mount. */
+  async mount (req: MountRequest): Promise<MountInfo> {
+    const started = performance.now()
+    const mountpoint = resolve(req.mountpoint)
+    if (this.#mounts.has(mountpoint)) throw new UsageError(`cannot mount ${req.image} at ${mountpoint}: already a layerd mount (of ${this.#mounts.get(mountpoint)!.info.image})`)
+    const loc: StoreLocation = { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+    const { store, fetcher } = this.#stores.get(loc)
+    const pins = []
+    const image = await loadImage(store, req.image, { cache: this.#cache, pin: false })
+    pins.push(manifestKey(digestHex(image.digest)), ...image.manifest.layers.map(l => layerKey(digestHex(l.digest))))
+    this.#cache.pin(pins)
+    try {
+      const reader = new MountChunkReader(fetcher, store.url, err => this.#log(`prefetch for ${mountpoint}: ${(err as Error).message}`))
+      const mount = await mountImage({ mountpoint, tocs: image.tocs, reader, log: this.#log })
+      const info: MountInfo = {
+        mountpoint: mount.mountpoint, image: req.image, manifest: image.digest, store: store.url,
+        mountedAt: new Date().toISOString(), mountMs: performance.now() - started
+      }
+      this.#mounts.set(mount.mountpoint, { info, mount, reader, image, pins, loc })
+      this.#db.prepare('INSERT OR REPLACE INTO mounts VALUES (?, ?, ?, ?, ?, ?)')
+        .run(info.mountpoint, req.image, image.digest, req.store, req.s3Endpoint ?? null, info.mountedAt)
+      return info
+    } catch (err) {
+      this.#cache.unpin(pins)
+      throw err
+    }
+  }
+
+  /** Unmount. Async. Throws NotFoundError when `mountpoint` is not a layerd mount. */
+  async unmount (mountpoint: string): Promise<void> {
+    const m = this.#get(mountpoint)
+    await m.mount.unmount()
+    this.#mounts.delete(m.info.mountpoint)
+    this.#cache.unpin(m.pins)
+    this.#db.prepare('DELETE FROM mounts WHERE mountpoint = ?').run(m.info.mountpoint)
+  }
+
+  list (): MountInfo[] {
+    return [...this.#mounts.values()].map(m => m.info)
+  }
+
+  stats (mountpoint: string): MountStats {
+    const m = this.#get(mountpoint)
+    const s = m.reader.stats
+    return {
+      mountpoint: m.info.mountpoint,
+      image: m.info.image,
+      ...m.mount.stats(),
+      fetches: s.fetches,
+      prefetchedChunks: s.prefetchedChunks,
+      storeErrors: s.storeErrors
+    }
+  }
+
+  /** Warm the cache with every chunk of the mounted image, behind demand reads. Starts it and returns at once. */
+  prefetch (mountpoint: string): { chunks: number, done: Promise<PrefetchResult> } {
+    const m = this.#get(mountpoint)
+    const refs = allChunks(m.image)
+    const { fetcher } = this.#stores.get(m.loc)
+    const done = fetcher.prefetch(refs, { stats: m.reader.stats })
+    done.catch(err => this.#log(`prefetch ${m.info.mountpoint}: ${(err as Error).message}`))
+    return { chunks: refs.length, done }
+  }
+
+  /**
+   * After a restart: every mount the database lists belongs to a daemon that
+   * died. Clean each mountpoint (a dead FUSE mount answers ENOTCONN) and,
+   * with `restore`, mount it again. Never throws; failures are logged.
+   */
+  async recover (restore: boolean): Promise<{ cleaned: number, restored: number }> {
+    const rows = this.#db.prepare('SELECT * FROM mounts').all() as Array<{ mountpoint: string, image: string, manifest: string, store: string, s3_endpoint: string | null }>
+    let restored = 0
+    for (const row of rows) {
+      try { await lazyUnmount(row.mountpoint) } catch (err) { this.#log(`cleaning stale mount ${row.mountpoint}: ${(err as Error).message}`) }
+      this.#db.prepare('DELETE FROM mounts WHERE mountpoint = ?').run(row.mountpoint)
+      if (!restore) continue
+      try {
+        await this.mount({ image: row.manifest, mountpoint: row.mountpoint, store: row.store, ...(row.s3_endpoint === null ? {} : { s3Endpoint: row.s3_endpoint }) })
+        this.#mounts.get(row.mountpoint)!.info.image = row.image
+        restored++
+      } catch (err) {
+        this.#log(`restoring mount of ${row.image} at ${row.mountpoint}: ${(err as Error).message}`)
+      }
+    }
+    return { cleaned: rows.length, restored }
+  }
+
+  /** Unmount everything (daemon shutdown). Keeps the database rows? No: a clean stop forgets them. */
+  async unmountAll (): Promise<void> {
+    for (const mountpoint of [...this.#mounts.keys()]) {
+      try { await this.unmount(mountpoint) } catch (err) { this.#log(`unmounting ${mountpoint}: ${(err as Error).message}`) }
+    }
+  }
+
+  #get (mountpoint: string): Mounted {
+    const m = this.#mounts.get(resolve(mountpoint))
+    if (m === undefined) throw new NotFoundError(`${resolve(mountpoint)} is not a layerd mount`)
+    return m
+  }
+}
+
+/** Every distinct chunk an image references, in blob order (so prefetch GETs merge). */
+export function allChunks (image: LoadedImage): ChunkRef[] {
+  const seen = new Set<string>()
+  const refs: ChunkRef[] = []
+  for (const toc of image.tocs) {
+    for (let i = 0; i < toc.chunks.length; i++) {
+      const ref = resolveChunk(toc, i)
+      if (seen.has(ref.digest)) continue
+      seen.add(ref.digest)
+      refs.push(ref)
+    }
+  }
+  return refs.sort((a, b) => (a.blob === b.blob ? a.offset - b.offset : a.blob < b.blob ? -1 : 1))
+}

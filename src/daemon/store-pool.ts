@@ -1,0 +1,59 @@
+/**
+ * The stores the daemon reads from, by URL, each with its fetcher over the
+ * node's one chunk cache. Chunks are addressed by content, so the cache is
+ * shared across stores.
+ *
+ * May import: src/store/, src/cache/.
+ */
+import { ChunkFetcher } from '../cache/chunk-fetcher.js'
+import type { ChunkCache } from '../cache/chunk-cache.js'
+import type { ObjectStore } from '../store/object-store.js'
+import { openStore } from '../store/open-store.js'
+
+export interface StoreLocation { store: string, s3Endpoint?: string }
+export interface PooledStore { store: ObjectStore, fetcher: ChunkFetcher }
+
+export class StorePool {
+  readonly #cache: ChunkCache
+  readonly #log: (line: string) => void
+  readonly #stores = new Map<string, PooledStore>()
+
+  constructor (cache: ChunkCache, log: (line: string) => void) {
+    this.#cache = cache
+    this.#log = log
+  }
+
+  /** The store at `loc`, opened on first use. Sync; throws UsageError for a bad URL. */
+  get (loc: StoreLocation): PooledStore {
+    const key = `${loc.store} ${loc.s3Endpoint ?? ''}`
+    let pooled = this.#stores.get(key)
+    if (pooled === undefined) {
+      const store = openStore(loc.store, loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint })
+      pooled = { store, fetcher: new ChunkFetcher(store, this.#cache, { log: this.#log }) }
+      this.#stores.set(key, pooled)
+    }
+    return pooled
+  }
+
+  /** Node-wide fetch counters, summed over stores. */
+  fetchTotals (): { fetchedBytes: number, fetches: number, corruptChunks: number, storeErrors: number } {
+    const t = { fetchedBytes: 0, fetches: 0, corruptChunks: 0, storeErrors: 0 }
+    for (const { fetcher } of this.#stores.values()) {
+      t.fetchedBytes += fetcher.stats.fetchedBytes
+      t.fetches += fetcher.stats.fetches
+      t.corruptChunks += fetcher.stats.corruptChunks
+      t.storeErrors += fetcher.stats.storeErrors
+    }
+    return t
+  }
+
+  /** Close every fetcher and store. Idempotent. */
+  async close (): Promise<void> {
+    const all = [...this.#stores.values()]
+    this.#stores.clear()
+    for (const { fetcher, store } of all) {
+      await fetcher.close()
+      await store.close()
+    }
+  }
+}
