@@ -186,15 +186,17 @@ function randomPieces (bytes: number): Uint8Array[] {
 }
 
 function table (results: CandidateFigures[], series: SeriesImage[]): string {
-  const last = series.at(-1)!.name
-  const mb = (n: number): string => (n / MB).toFixed(1)
+  const mb = (n: number, digits = 1): string => (n / MB).toFixed(digits)
+  const later = series.slice(1).map(i => i.name)
   const rows = [
-    `| strategy | chunks | mean chunk (KiB) | dedup ratio | stored (MB) | new stored for ${last} (MB) | read amp, per file | read amp, by bytes | fetch per random read (KiB) | chunk MB/s | chunk+sha256+zstd MB/s |`,
-    '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|'
+    `| strategy | chunks | mean chunk (KiB) | dedup ratio | stored (MB) | ${later.map(n => `new stored for ${n} (MB)`).join(' | ')} | ` +
+      'read amp, per file | read amp, by bytes | fetch per random read (KiB) | chunk MB/s | chunk+sha256+zstd MB/s |',
+    `|---|--:|--:|--:|--:|${later.map(() => '--:|').join('')}--:|--:|--:|--:|--:|`
   ]
   for (const r of results) {
-    rows.push(`| ${r.name} | ${r.uniqueChunks} | ${(r.meanChunkBytes / 1024).toFixed(1)} | ${r.dedupRatio.toFixed(3)} | ${mb(r.storedBytes)} | ${mb(r.perImage.at(-1)!.newStoredBytes)} | ` +
-      `${r.readAmpPerFile.toFixed(2)} | ${r.readAmpByBytes.toFixed(3)} | ${(r.randomReadFetchBytes / 1024).toFixed(0)} | ${r.chunkMBps.toFixed(0)} | ${r.pipelineMBps.toFixed(0)} |`)
+    rows.push(`| ${r.name} | ${r.uniqueChunks} | ${(r.meanChunkBytes / 1024).toFixed(1)} | ${r.dedupRatio.toFixed(3)} | ${mb(r.storedBytes)} | ` +
+      `${r.perImage.slice(1).map(i => mb(i.newStoredBytes, 2)).join(' | ')} | ` +
+      `${r.readAmpPerFile.toFixed(1)} | ${r.readAmpByBytes.toFixed(2)} | ${(r.randomReadFetchBytes / 1024).toFixed(0)} | ${r.chunkMBps.toFixed(0)} | ${r.pipelineMBps.toFixed(0)} |`)
   }
   return rows.join('\n')
 }

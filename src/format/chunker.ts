@@ -8,8 +8,8 @@
  *   USENIX ATC 2016 and IEEE TPDS 2020): a gear rolling hash, no hashing of
  *   the first `minSize` bytes of a chunk, and normalized chunking with two
  *   masks (a harder one before `avgSize`, an easier one after) so chunk sizes
- *   cluster around `avgSize`. A chunk ends after the byte whose hash matches
- *   the mask, or at `maxSize`.
+ *   cluster around `avgSize`. A chunk ends after the first byte at which the
+ *   hash bits selected by the mask (the top bits) are all zero, or at `maxSize`.
  * - {@link FixedSizeChunker}: cuts every `size` bytes; for comparison.
  *
  * Both are streaming: `push()` returns the chunks completed by the new bytes
@@ -24,7 +24,7 @@ import { UsageError } from '../errors.js'
 
 /** Sizes for {@link FastCdcChunker}, in bytes. */
 export interface FastCdcOptions {
-  /** No cut before this many bytes (these bytes are not even hashed). At least 64. */
+  /** Every chunk but a stream's last is longer than this: a chunk's first minSize bytes are skipped, not hashed. At least 64. */
   minSize: number
   /** Target size: a power of two; sets the mask widths. */
   avgSize: number
