@@ -14,6 +14,8 @@ t.test('ErrnoBoundary.errno() maps layerd errors to negative errno values', asyn
   const { b, lines } = boundary()
   t.equal(b.errno(new NotFoundError('gone'), 'getattr', '/a'), -E.ENOENT)
   t.equal(lines.length, 0, 'ENOENT is a normal answer: not logged')
+  t.equal(b.errno(new NotFoundError('blob gone'), 'read', '/a'), -E.EIO, 'content missing from the store is an I/O error')
+  t.match(lines.at(-1), /missing from store s3:\/\/bucket\/x: blob gone/)
   t.equal(b.errno(new CorruptObjectError('chunk sha256:ab mismatch'), 'read', '/f', 'chunks sha256:ab'), -E.EIO)
   t.equal(b.counters.corruptChunks, 1)
   t.match(lines.at(-1), /EIO: read "\/f" on \/mnt\/img \(chunks sha256:ab\): corrupt/)
@@ -21,7 +23,7 @@ t.test('ErrnoBoundary.errno() maps layerd errors to negative errno values', asyn
   t.match(lines.at(-1), /sha256:cd.*store s3:\/\/bucket\/x unavailable: GET blobs/)
   t.equal(b.errno(new UnsupportedError('no'), 'read', '/f'), -E.ENOTSUP)
   t.equal(b.errno(new BadInputError('odd'), 'read', '/f'), -E.EIO)
-  t.equal(b.counters.ioErrors, 3)
+  t.equal(b.counters.ioErrors, 4)
 })
 
 t.test('ErrnoBoundary.errno() passes Node system errors through and turns anything else into EIO', async t => {

@@ -3,7 +3,8 @@
  * op that can fail passes its error here (fuse-ops.ts); nothing else maps
  * errors, and no op throws into the binding.
  *
- * - NotFoundError → ENOENT (not logged: a normal answer).
+ * - NotFoundError → ENOENT (not logged: a normal answer), except on read:
+ *   content the image names but the store lacks is EIO, logged.
  * - CorruptObjectError → EIO, counted, logged: the chunk was refused, never served.
  * - StoreUnavailableError → EIO, logged with the store and the chunk.
  * - A Node system error (`code` such as 'EACCES') → that errno.
@@ -64,7 +65,7 @@ export class ErrnoBoundary {
   }
 
   #classify (err: unknown, op: string, path: string, detail: string | undefined): number {
-    if (err instanceof NotFoundError) return -ENOENT
+    if (err instanceof NotFoundError && op !== 'read') return -ENOENT
     const where = `${op} ${JSON.stringify(path)} on ${this.#options.mountpoint}${detail === undefined ? '' : ` (${detail})`}`
     if (err instanceof CorruptObjectError) {
       this.counters.corruptChunks++
@@ -75,6 +76,11 @@ export class ErrnoBoundary {
     if (err instanceof StoreUnavailableError) {
       this.counters.ioErrors++
       this.#log(`EIO: ${where}: store ${this.#options.storeName} unavailable: ${describeError(err)}`)
+      return -EIO
+    }
+    if (err instanceof NotFoundError) {
+      this.counters.ioErrors++
+      this.#log(`EIO: ${where}: missing from store ${this.#options.storeName}: ${describeError(err)}`)
       return -EIO
     }
     if (err instanceof UnsupportedError) {

@@ -1,7 +1,11 @@
 /**
  * MemoryImage: layer TOCs and their chunks built in memory from a short
  * description, for the filesystem's tests and benchmarks (no store, no
- * compression: a chunk's "compressed" length is its plain length).
+ * compression unless asked for).
+ *
+ * Each layer's chunks are packed into one blob (`blobs`), optionally
+ * compressed by an injected function, so the same image can feed the real
+ * fetcher through a store.
  *
  * Content is cut into fixed-size chunks, either per file or, with
  * `stream: true`, over the concatenated content of the whole layer, so one
@@ -26,15 +30,31 @@ export interface MemoryLayerOptions {
   stream?: boolean
 }
 
+export interface MemoryImageOptions {
+  /**
+   * Encode each chunk as a frame of the layer's blob (e.g. zstd `compress`),
+   * so `blobs` can be put in a real store and read by the real fetcher.
+   * Default: frames are the plain bytes.
+   */
+  compress?: (plain: Uint8Array) => Uint8Array
+}
+
 export class MemoryImage {
   /** Every chunk of every layer, by sha256 hex. */
   readonly chunks = new Map<string, Uint8Array>()
+  /** One blob per layer (its chunk frames back to back), by sha256 hex. */
+  readonly blobs = new Map<string, Buffer>()
   readonly tocs: LayerToc[] = []
+  readonly #compress: (plain: Uint8Array) => Uint8Array
+
+  constructor (options: MemoryImageOptions = {}) {
+    this.#compress = options.compress ?? (plain => plain)
+  }
 
   /** Add a layer on top; returns its TOC. Sync. */
   addLayer (entries: readonly MemoryEntry[], options: MemoryLayerOptions): LayerToc {
-    const blob = sha256Hex(Buffer.from(`layer ${this.tocs.length}`))
     const locations: ChunkLocation[] = []
+    const frames: Uint8Array[] = []
     const index = new Map<string, number>()
     let blobOffset = 0
     const addChunk = (data: Uint8Array): number => {
@@ -43,8 +63,10 @@ export class MemoryImage {
       if (known !== undefined) return known
       this.chunks.set(digest, data)
       index.set(digest, locations.length)
-      locations.push({ digest, blob: 0, offset: blobOffset, compressedLength: data.length, length: data.length })
-      blobOffset += data.length
+      const frame = this.#compress(data)
+      frames.push(frame)
+      locations.push({ digest, blob: 0, offset: blobOffset, compressedLength: frame.length, length: data.length })
+      blobOffset += frame.length
       return locations.length - 1
     }
     const tocEntries: TocEntry[] = entries.map(e => {
@@ -76,6 +98,10 @@ export class MemoryImage {
         tocEntries[i]!.spans = spans
       })
     }
+    const blobBytes = Buffer.concat(frames)
+    // A layer without content still names a blob; make it distinct per layer.
+    const blob = sha256Hex(frames.length > 0 ? blobBytes : Buffer.from(`empty layer ${this.tocs.length}`))
+    if (frames.length > 0) this.blobs.set(blob, blobBytes)
     const toc: LayerToc = { diffId: ZERO_DIFF_ID, blobs: [blob], chunks: locations, entries: tocEntries }
     this.tocs.push(toc)
     return toc
