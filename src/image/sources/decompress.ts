@@ -70,7 +70,7 @@ export async function * zstdDecompress (source: AsyncIterable<Uint8Array>, what:
       try {
         [ret, produced, consumed] = dctx.decompressStream(dst, src)
       } catch (err) {
-        throw new BadInputError(`${what}: zstd data is corrupt near compressed offset ${consumedTotal}: ${(err as Error).message}`, { cause: err })
+        throw new BadInputError(`${what}: zstd data is corrupt: ${(err as Error).message}`, { cause: err })
       }
       consumedTotal += consumed
       src = src.subarray(consumed)

@@ -1,6 +1,8 @@
 import t from 'tap'
 import { execFileSync } from 'node:child_process'
 import { chmodSync, chownSync, constants, linkSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs'
+import { once } from 'node:events'
+import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { lsetxattr, mknod } from '../../native.js'
@@ -23,8 +25,9 @@ async function readTree (root: string, opts: Parameters<typeof ingestContext>[0]
 }
 
 t.test('DirectoryLayerSource.entries() walks a tree in sorted order with every file type and its metadata', async t => {
-  const root = t.testdir({ tree: {} })
-  const tree = join(root, 'tree')
+  // A short path (not t.testdir()): a unix socket's path must fit in 108 bytes.
+  const tree = mkdtempSync(join(tmpdir(), 'ld-'))
+  t.teardown(() => rmSync(tree, { recursive: true }))
   mkdirSync(join(tree, 'b/sub'), { recursive: true })
   writeFileSync(join(tree, 'b/sub/file'), 'content')
   writeFileSync(join(tree, 'A'), '')
@@ -44,14 +47,15 @@ t.test('DirectoryLayerSource.entries() walks a tree in sorted order with every f
   lsetxattr(join(tree, 'a'), 'user.bin', Buffer.from([0, 0xff, 0x80]))
   lsetxattr(join(tree, 'b'), 'user.dir', Buffer.from('d'))
 
-  // bind() with a relative name: the test directory's absolute path is too long for sun_path.
-  execFileSync('python3', ['-c', 'import socket; socket.socket(socket.AF_UNIX).bind("sock")'], { cwd: tree })
+  const server = createServer().listen(join(tree, 'sock'))
+  await once(server, 'listening')
+  t.teardown(() => { server.close() })
 
   const warnings: string[] = []
   const got = await readTree(tree, { warn: m => warnings.push(m) })
   t.same(got.map(e => e.path), ['', 'A', 'a', 'b', 'b/hard', 'b/link', 'b/sub', 'b/sub/file', 'disk', 'fifo', 'null', 'su', 'z-hard', 'ä-名前'],
     'names sorted by bytes, parents before children, socket skipped')
-  t.match(warnings, [/directory .*tree, layer 1 of 1: "sock" is a socket; skipped/])
+  t.match(warnings, [/directory .*ld-\w+, layer 1 of 1: "sock" is a socket; skipped/])
   const by = new Map(got.map(e => [e.path, e]))
   t.match(by.get('a'), { type: 'file', size: 5, content: 'first', xattrs: { 'user.bin': Buffer.from([0, 0xff, 0x80]).toString('base64') } })
   t.match(by.get('b/hard'), { type: 'hardlink', target: 'a', size: 0 }, 'hardlinks by (dev, ino) name the first path')

@@ -22,7 +22,9 @@ export interface LayerEntry {
   /**
    * Content of a regular file (`header.size` bytes); undefined for every
    * other type. Must be read to the end, or `drain()`ed, before the next
-   * entry is requested.
+   * entry is requested. (The implementations next to this file skip
+   * content left unread when the next entry is requested, so a consumer may
+   * also just move on; breaking out of it early is safe.)
    */
   body?: AsyncIterable<Uint8Array>
 }
@@ -52,7 +54,11 @@ export interface ImageSource {
   readonly kind: ImageSourceKind
   /** The path given by the user. */
   readonly name: string
-  /** The image's OCI config; a minimal linux/amd64 config for rootfs tars and directories. */
+  /**
+   * The image's OCI config; a minimal linux/amd64 config for rootfs tars and
+   * directories. For a rootfs tar, `rootfs.diff_ids` is filled in once its
+   * layer has been read to the end (a directory's is ZERO_DIFF_ID).
+   */
   readonly config: OciImageConfig
   readonly layers: LayerSource[]
   /** Release file handles. Idempotent. */

@@ -179,7 +179,8 @@ t.test('openImageSource() refuses unknown, missing and unsupported inputs with o
     await t.rejects(openImageSource(path), { name: 'BadInputError', message: `cannot push ${path}: not an OCI layout, OCI archive, docker-archive, tar (plain/gzip/zstd) or directory` }, name)
   }
   await t.rejects(openImageSource(join(root, 'nope')), NotFoundError)
-  execFileSync('xz', ['-k', join(root, 'notes.txt')])
+  // The xz magic is all detection looks at.
+  writeFileSync(join(root, 'notes.txt.xz'), Buffer.concat([Buffer.from([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]), Buffer.alloc(600, 1)]))
   await t.rejects(openImageSource(join(root, 'notes.txt.xz')), UnsupportedError)
   await t.rejects(openImageSource(join(root, 'notes.txt.xz')), /is xz-compressed/)
   t.ok(readdirSync(root).length > 0)
