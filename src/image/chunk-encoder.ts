@@ -21,6 +21,8 @@ export interface EncodedChunk {
 }
 
 const BATCH_BYTES = 1024 * 1024
+/** Largest chunk accepted: the chunkers' max is far below. */
+export const MAX_CHUNK_BYTES = 4 * 1024 * 1024
 
 interface Pending { resolve: (r: EncodedChunk[]) => void, reject: (e: Error) => void, lengths: number[] }
 
@@ -30,8 +32,10 @@ export class ChunkEncoderPool {
   readonly #load: number[] = []
   readonly #pending = new Map<number, Pending>()
   #nextId = 0
-  #batch: Uint8Array[] = []
+  /** The batch being filled: chunks are copied straight into `#batchBuf`. */
+  #batchBuf = new Uint8Array(BATCH_BYTES + MAX_CHUNK_BYTES)
   #batchBytes = 0
+  #batchEnds: number[] = []
   #batchResult: Promise<EncodedChunk[]> | undefined
   #settleBatch: Pending | undefined
   #closed = false
@@ -51,21 +55,24 @@ export class ChunkEncoderPool {
   }
 
   /**
-   * Queue a chunk. The bytes are copied before this returns, so the caller
-   * may reuse its buffer. Resolves with the encoded chunk; rejects if a
-   * worker dies.
+   * Queue a chunk (at most MAX_CHUNK_BYTES). The bytes are copied before
+   * this returns, so the caller may reuse its buffer. Batches go to a worker
+   * when full or on `flush()`: call `flush()` before awaiting a result that
+   * may still sit in an unsent batch. Rejects if a worker dies.
    */
   encode (chunk: Uint8Array): Promise<EncodedChunk> {
     if (this.#closed) return Promise.reject(new Error('ChunkEncoderPool is closed'))
+    if (chunk.length > MAX_CHUNK_BYTES) return Promise.reject(new RangeError(`chunk of ${chunk.length} bytes exceeds ${MAX_CHUNK_BYTES}`))
     if (this.#batchResult === undefined) {
       this.#batchResult = new Promise<EncodedChunk[]>((resolve, reject) => { this.#settleBatch = { resolve, reject, lengths: [] } })
-      setImmediate(() => this.flush())
     }
-    const index = this.#batch.length
-    this.#batch.push(chunk.slice())
+    const index = this.#batchEnds.length
+    this.#batchBuf.set(chunk, this.#batchBytes)
     this.#batchBytes += chunk.length
+    this.#batchEnds.push(this.#batchBytes)
     this.#settleBatch!.lengths.push(chunk.length)
     const result = this.#batchResult.then(r => r[index]!)
+    result.catch(() => {}) // a caller that gave up (failed push) must not leave an unhandled rejection
     if (this.#batchBytes >= BATCH_BYTES) this.flush()
     return result
   }
@@ -74,15 +81,13 @@ export class ChunkEncoderPool {
   flush (): void {
     const settle = this.#settleBatch
     if (settle === undefined) return
-    const chunks = this.#batch
-    this.#batch = []
+    const plain = this.#batchBuf.subarray(0, this.#batchBytes)
+    const ends = this.#batchEnds
+    this.#batchBuf = new Uint8Array(BATCH_BYTES + MAX_CHUNK_BYTES)
     this.#batchBytes = 0
+    this.#batchEnds = []
     this.#batchResult = undefined
     this.#settleBatch = undefined
-    const plain = new Uint8Array(settle.lengths.reduce((a, b) => a + b, 0))
-    const ends: number[] = []
-    let pos = 0
-    for (const c of chunks) { plain.set(c, pos); pos += c.length; ends.push(pos) }
     if (this.#workers.length === 0) {
       try { settle.resolve(split(encodeBatch(plain, ends, this.#level), settle.lengths)) } catch (err) { settle.reject(err as Error) }
       return
@@ -91,11 +96,12 @@ export class ChunkEncoderPool {
     const id = this.#nextId++
     this.#pending.set(id, settle)
     this.#load[i]!++
-    this.#workers[i]!.postMessage({ id, data: plain.buffer, ends }, [plain.buffer])
+    this.#workers[i]!.ref() // keep the process alive while a batch is out
+    this.#workers[i]!.postMessage({ id, data: plain.buffer, length: plain.length, ends }, [plain.buffer])
   }
 
   #onResult (worker: number, msg: EncodedBatch & { id: number }): void {
-    this.#load[worker]!--
+    if (--this.#load[worker]! === 0) this.#workers[worker]!.unref()
     const p = this.#pending.get(msg.id)
     if (p === undefined) return
     this.#pending.delete(msg.id)

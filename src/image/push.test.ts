@@ -1,0 +1,142 @@
+import t from 'tap'
+import { join } from 'node:path'
+import { writeFile } from 'node:fs/promises'
+import { BadInputError, LimitExceededError, StoreUnavailableError } from '../errors.js'
+import { BROKEN_LAYERS, gzipBomb, writeOciLayoutMissingLayer } from '../../fixtures/broken.js'
+import { dir, file, hardlink, sampleLayerEntries, writeLayerTar, buildLayerTar, largeFile } from '../../fixtures/layer-dsl.js'
+import { parseRef } from '../format/ref.js'
+import { layerKey, BLOBS_PREFIX } from '../format/keys.js'
+import { digestHex } from '../format/digest.js'
+import { MemoryObjectStore } from '../store/memory-object-store.js'
+import { FaultyObjectStore } from '../store/faulty-object-store.js'
+import { openMemoryNodeDb } from '../state/node-db.js'
+import { pushImage } from './push.js'
+import { readRef } from './refs.js'
+import { loadImage } from './load-image.js'
+import { getToc } from './metadata-objects.js'
+
+const ref = parseRef('test/img:v1')
+const opts = (store: MemoryObjectStore | FaultyObjectStore) => ({ store, db: openMemoryNodeDb(), workers: 1, packBytes: 64 * 1024 })
+
+t.test('pushImage() stores a layer tar as TOC, manifest and ref, and the TOC describes every entry', async t => {
+  const d = t.testdir()
+  const tar = join(d, 'layer.tar.gz')
+  await writeLayerTar(tar, sampleLayerEntries(), 'gzip')
+  const store = new MemoryObjectStore()
+  const result = await pushImage(tar, ref, opts(store))
+  t.equal(result.layers.length, 1)
+  const record = await readRef(store, ref)
+  t.equal(record?.history[0]?.manifest, result.manifest)
+  const image = await loadImage(store, 'test/img:v1')
+  const toc = image.tocs[0]!
+  const byPath = new Map(toc.entries.map(e => [e.path, e]))
+  t.equal(byPath.get('etc/.wh.removed.conf'), undefined, 'whiteout files do not appear as files')
+  t.equal(byPath.get('etc/removed.conf')?.type, 'whiteout')
+  t.ok(toc.entries.some(e => e.type === 'dir' && e.path === 'var/cache'))
+  t.ok(toc.entries.some(e => e.type === 'opaque' && e.path === 'var/cache'))
+  for (const e of toc.entries) {
+    if (e.type !== 'file') continue
+    t.equal((e.spans ?? []).reduce((n, s) => n + s.length, 0), e.size, `${e.path}: spans cover the file`)
+  }
+  t.equal(image.manifest.config.rootfs?.diff_ids[0], toc.diffId)
+})
+
+t.test('pushImage() of the same image again uploads no chunks, and a changed version only new ones', async t => {
+  const d = t.testdir()
+  const v1 = [dir('data'), largeFile('data/big.bin', 4 * 1024 * 1024, 'v1'), file('data/small.txt', 'one')]
+  const v2 = [dir('data'), largeFile('data/big.bin', 4 * 1024 * 1024, 'v1'), file('data/small.txt', 'two'), file('data/new.txt', 'fresh')]
+  await writeFile(join(d, 'v1.tar'), buildLayerTar(v1))
+  await writeFile(join(d, 'v2.tar'), buildLayerTar(v2))
+  const store = new FaultyObjectStore(new MemoryObjectStore())
+  const o = opts(new MemoryObjectStore())
+  const first = await pushImage(join(d, 'v1.tar'), ref, { ...o, store })
+  t.ok(first.layers[0]!.newStoredBytes > 1024 * 1024, 'the first push stores the content')
+  const blobsAfterFirst = store.putKeys.filter(k => k.startsWith(BLOBS_PREFIX)).length
+  const again = await pushImage(join(d, 'v1.tar'), ref, { ...o, store })
+  t.equal(again.layers[0]!.newPlainBytes, 0)
+  t.equal(again.layers[0]!.existed, true, 'the identical TOC is found, not rewritten')
+  t.equal(store.putKeys.filter(k => k.startsWith(BLOBS_PREFIX)).length, blobsAfterFirst, 'no blob uploaded')
+  const second = await pushImage(join(d, 'v2.tar'), parseRef('test/img:v2'), { ...o, store })
+  t.ok(second.layers[0]!.newPlainBytes < 200 * 1024, `v2 stores only the chunks around its changes (${second.layers[0]!.newPlainBytes} bytes)`)
+  t.ok(second.layers[0]!.dedupPlainBytes >= 3.5 * 1024 * 1024)
+})
+
+t.test('pushImage() dedups across nodes through the store\'s blob indexes', async t => {
+  const d = t.testdir()
+  await writeFile(join(d, 'l.tar'), buildLayerTar([largeFile('f', 2 * 1024 * 1024, 'x')]))
+  const store = new MemoryObjectStore()
+  await pushImage(join(d, 'l.tar'), ref, opts(store))
+  const other = await pushImage(join(d, 'l.tar'), parseRef('other/node:v1'), opts(store)) // fresh node db
+  t.equal(other.layers[0]!.newPlainBytes, 0)
+})
+
+for (const fixture of BROKEN_LAYERS) {
+  t.test(`pushImage() of ${fixture.name}: ${fixture.expect === 'reject' ? 'fails naming the input, no ref' : 'accepted with a warning'}`, async t => {
+    const d = t.testdir()
+    const path = join(d, `${fixture.name}.tar`)
+    await writeFile(path, fixture.build())
+    const store = new MemoryObjectStore()
+    const warnings: string[] = []
+    const run = pushImage(path, ref, { ...opts(store), warn: m => warnings.push(m) })
+    if (fixture.expect === 'reject') {
+      const err = await run.then(() => undefined, (e: Error) => e)
+      t.ok(err instanceof BadInputError || err instanceof LimitExceededError, `${err?.constructor.name}: ${err?.message}`)
+      t.match(err?.message ?? '', path, 'the message names the input')
+      t.notMatch(err?.message ?? '', /\n/, 'one line')
+      t.equal(await readRef(store, ref), undefined, 'no ref written')
+    } else {
+      await run
+      t.ok(warnings.some(w => w.includes(path)), 'a warning names the input')
+      const image = await loadImage(store, 'test/img:v1')
+      t.ok(image.tocs[0]!.entries.some(e => e.path === 'etc/x'), 'the absolute name is made relative')
+    }
+  })
+}
+
+t.test('pushImage() refuses a decompression bomb early', async t => {
+  const d = t.testdir()
+  const path = join(d, 'bomb.tar.gz')
+  await writeFile(path, gzipBomb(2 * 1024 ** 3))
+  const store = new MemoryObjectStore()
+  const started = Date.now()
+  await t.rejects(pushImage(path, ref, { ...opts(store), limits: { ratioFloorBytes: 64 * 1024 * 1024 } }), LimitExceededError)
+  t.ok(Date.now() - started < 30_000, 'well before decompressing 2 GiB')
+  t.equal(await readRef(store, ref), undefined)
+})
+
+t.test('pushImage() refuses an OCI layout whose manifest names a missing layer before uploading anything', async t => {
+  const d = t.testdir()
+  const info = await writeOciLayoutMissingLayer(join(d, 'layout'))
+  const store = new FaultyObjectStore(new MemoryObjectStore())
+  await t.rejects(pushImage(join(d, 'layout'), ref, { ...opts(new MemoryObjectStore()), store }), { name: 'BadInputError', message: new RegExp(digestHex(info.missingDigest)) })
+  t.equal(store.counters.puts, 0)
+})
+
+t.test('pushImage() refuses an image whose layers conflict once merged (hardlink to a missing file)', async t => {
+  const d = t.testdir()
+  const bad = join(d, 'bad.tar')
+  await writeFile(bad, buildLayerTar([file('a', 'x'), hardlink('b', 'missing/target')]))
+  await t.rejects(pushImage(bad, ref, opts(new MemoryObjectStore())), { name: 'BadInputError', message: /missing\/target/ })
+})
+
+t.test('pushImage() leaves no ref when the store fails mid-push, and a rerun uploads only what is missing', async t => {
+  const d = t.testdir()
+  const path = join(d, 'layer.tar')
+  const entries = Array.from({ length: 8 }, (_, i) => largeFile(`f${i}.bin`, 512 * 1024, `seed-${i}`))
+  await writeFile(path, buildLayerTar(entries))
+  const memory = new MemoryObjectStore()
+  const store = new FaultyObjectStore(memory)
+  store.addFault({ ops: ['put'], keyPrefix: BLOBS_PREFIX, skip: 3, times: 1 })
+  const o = { ...opts(memory), store }
+  await t.rejects(pushImage(path, ref, o), StoreUnavailableError)
+  t.equal(await readRef(memory, ref), undefined, 'no ref after the failure')
+  const firstBytes = store.counters.bytesPut
+  t.ok(firstBytes > 0, 'some blobs made it before the failure')
+  store.resetCounters()
+  const rerun = await pushImage(path, ref, o)
+  t.ok(rerun.layers[0]!.dedupPlainBytes > 0, 'the rerun reuses the sealed blobs')
+  t.ok(store.counters.bytesPut < 4 * 1024 * 1024 - rerun.layers[0]!.dedupPlainBytes / 2, `rerun put ${store.counters.bytesPut} bytes`)
+  const toc = await getToc(memory, rerun.layers[0]!.digest)
+  t.equal(toc.entries.length, 8)
+  t.ok(await memory.stat(layerKey(digestHex(rerun.layers[0]!.digest))))
+})
