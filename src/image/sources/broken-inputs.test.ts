@@ -46,7 +46,7 @@ t.test('openImageSource() stops the gzip and zstd bombs of fixtures/broken.ts qu
     const started = Date.now()
     await t.rejects(openImageSource(path).then(drain), { name: 'LimitExceededError', message: /layer 1 of 1 \(bomb\.(gzip|zstd)\): \d+ compressed bytes decompress to more than \d+ \(ratio above 200\)/ })
     const ms = Date.now() - started
-    t.ok(ms < 6000, `${kind} bomb stopped in ${ms} ms`)
+    t.ok(ms < 10_000, `${kind} bomb stopped in ${ms} ms (a few seconds even on a loaded CI machine)`)
   }
 })
 

@@ -20,6 +20,7 @@ export type Compression = 'none' | 'gzip' | 'zstd'
 /** Bytes needed by {@link detectCompression}. */
 export const COMPRESSION_MAGIC_BYTES = 6
 
+const GUNZIP_OUT_BYTES = 128 * 1024
 const ZSTD_MAGIC = [0x28, 0xb5, 0x2f, 0xfd]
 const GZIP_MAGIC = [0x1f, 0x8b]
 const XZ_MAGIC = [0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]
@@ -48,7 +49,8 @@ export function detectCompression (head: Uint8Array, what: string): Compression 
 
 /** A gunzip Transform for a pipeline; its errors carry zlib codes (Z_DATA_ERROR, Z_BUF_ERROR), see {@link describeDecompressError}. */
 export function gunzipStream (): Transform {
-  return createGunzip()
+  // 128 KiB output buffers (zlib defaults to 16 KiB): fewer, larger chunks downstream.
+  return createGunzip({ chunkSize: GUNZIP_OUT_BYTES })
 }
 
 /**

@@ -258,7 +258,7 @@ t.test('TarLayerSource.entries() stops a decompression bomb early, with bounded 
     const started = Date.now()
     await t.rejects(readAll(layerOf(path)), { name: 'LimitExceededError', message: /decompress to more than \d+ \(ratio above 200\); refusing a likely decompression bomb/ }, `${kind} bomb of ${inputBytes} bytes`)
     const ms = Date.now() - started
-    t.ok(ms < 5000, `${kind}: detected in ${ms} ms`)
+    t.ok(ms < 10_000, `${kind}: detected in ${ms} ms`)
     t.ok(process.memoryUsage().rss - rssBefore < 256 * MIB, `${kind}: memory stays bounded`)
   }
   const plain = join(d, 'plain.tar')
