@@ -196,3 +196,29 @@ t.test('openImageSource() turns warnings into errors in strict mode', async t =>
   t.match(warnings, [/tar .*abs\.tar, layer 1 of 1 \(abs\.tar\): entry "\/etc\/motd" at offset 0 has an absolute name/])
   await t.rejects(readImage(await openImageSource(path, { strict: true })), { name: 'BadInputError', message: /absolute name.*refused in strict mode/ })
 })
+
+t.test('openImageSource() follows a nested image index to the linux/amd64 manifest', async t => {
+  const root = t.testdir({})
+  const { layout } = await buildImages(root)
+  const index = JSON.parse(readFileSync(join(layout, 'index.json'), 'utf8'))
+  const byRef = (ref: string): any => index.manifests.find((m: any) => m.annotations['org.opencontainers.image.ref.name'] === ref)
+  const nested = Buffer.from(JSON.stringify({
+    schemaVersion: 2,
+    mediaType: 'application/vnd.oci.image.index.v1+json',
+    manifests: [
+      { ...byRef('base'), annotations: undefined, platform: { os: 'linux', architecture: 'arm64' } },
+      { ...byRef('v1'), annotations: undefined, platform: { os: 'linux', architecture: 'amd64' } }
+    ]
+  }))
+  const digest = createHash('sha256').update(nested).digest('hex')
+  writeFileSync(join(layout, 'blobs/sha256', digest), nested)
+  writeFileSync(join(layout, 'index.json'), JSON.stringify({
+    schemaVersion: 2,
+    manifests: [{ mediaType: 'application/vnd.oci.image.index.v1+json', digest: `sha256:${digest}`, size: nested.length, annotations: { 'org.opencontainers.image.ref.name': 'multi' } }]
+  }))
+  const src = await openImageSource(layout)
+  t.equal(src.layers.length, 2, 'the amd64 image (two layers), not the arm64 one')
+  t.equal(src.config.architecture, 'amd64')
+  writeFileSync(join(layout, 'blobs/sha256', digest), Buffer.concat([nested, Buffer.from(' ')]))
+  await t.rejects(openImageSource(layout), { name: 'BadInputError', message: /with size \d+, but the blob is \d+ bytes/ })
+})
