@@ -73,6 +73,8 @@ export interface ExecResult {
   stdout: Buffer
   stderr: Buffer
   durationMs: number
+  /** Set when stdout or stderr passed the driver's output cap and was cut (the `stdout`/`stderr` streams still got everything). */
+  outputTruncated?: boolean
 }
 
 export interface Sandbox {

@@ -1,0 +1,52 @@
+/**
+ * The host's mount table as far as sandbox teardown needs it: which mounts
+ * lie at or below a sandbox's state directory, and unmounting them all,
+ * deepest first. Teardown is driven by the kernel's table rather than by
+ * what set-up remembers, so it also cleans up after a crashed caller.
+ *
+ * May import: src/errors.ts, ../process/host-command.ts, node built-ins.
+ */
+import { readFile } from 'node:fs/promises'
+import { resolve } from 'node:path'
+import { UnsupportedError } from '../../errors.js'
+import { runHost } from '../process/host-command.js'
+
+/** mountinfo escapes space, tab, newline and backslash as \ooo. */
+function unescapeMountPath (s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)))
+}
+
+/** Mount points at or below `dir` (absolute), deepest first, each once. Async. */
+export async function mountsUnder (dir: string): Promise<string[]> {
+  const root = resolve(dir)
+  const text = await readFile('/proc/self/mountinfo', 'utf8')
+  const found = new Set<string>()
+  for (const line of text.split('\n')) {
+    const mountPoint = line.split(' ')[4]
+    if (mountPoint === undefined) continue
+    const path = unescapeMountPath(mountPoint)
+    if (path === root || path.startsWith(root + '/')) found.add(path)
+  }
+  return [...found].sort((a, b) => b.length - a.length)
+}
+
+/**
+ * Unmount everything at or below `dir`, deepest first; a busy mount is
+ * detached lazily (MNT_DETACH) so teardown never hangs on a stuck reader.
+ * Loop devices mounted with `-o loop` are released by the kernel on the
+ * last unmount (autoclear). Idempotent. Async; throws UnsupportedError if
+ * a mount is still present afterwards.
+ */
+export async function unmountAllUnder (dir: string): Promise<void> {
+  for (let round = 0; round < 3; round++) {
+    const mounts = await mountsUnder(dir)
+    if (mounts.length === 0) return
+    // The common case in one round trip; on any failure, one by one with a lazy fallback.
+    if (round === 0 && await runHost('umount', mounts).then(() => true, () => false)) continue
+    for (const m of mounts) {
+      await runHost('umount', [m]).catch(async () => await runHost('umount', ['-l', m]).catch(() => {}))
+    }
+  }
+  const left = await mountsUnder(dir)
+  if (left.length > 0) throw new UnsupportedError(`cannot unmount ${left.join(', ')} below ${dir}`)
+}

@@ -1,0 +1,142 @@
+/**
+ * The per-sandbox writable layer: an overlayfs whose lower is the image's
+ * read-only root (a layerd FUSE mount) and whose upper lives on a
+ * size-limited filesystem of the sandbox's own, so the kernel enforces the
+ * disk quota (ENOSPC inside the sandbox, nothing outside).
+ *
+ * Layout of the sandbox's state directory:
+ *
+ *   lower   -> <image root>   symlink, so mount options never need escaping
+ *   disk.img                  sparse ext4 image (kind 'loop-ext4')
+ *   disk/                     the quota'd filesystem: upper/ and work/
+ *   rootfs/                   the merged overlay, the sandbox's /
+ *
+ * Quota kinds (measured in bench/tier-start.ts, see the README/issue note):
+ * - 'loop-ext4' (default): a sparse file formatted ext4 (no journal) and
+ *   loop-mounted. Exact ENOSPC at the quota, state on disk (survives a
+ *   layerd restart, for commit), and a hostile sandbox can at worst damage
+ *   its own filesystem.
+ * - 'tmpfs': `size=` on a tmpfs. Cheapest, but the quota is RAM: pages are
+ *   charged to the writer's memory cgroup and the state is lost on reboot.
+ *   Fit for small scratch quotas only.
+ * XFS/ext4 project quotas on one node-wide filesystem would be cheaper
+ * still, but this kernel has neither CONFIG_XFS_QUOTA nor CONFIG_QFMT_V2.
+ *
+ * Overlay options for an untrusted upper over an immutable lower:
+ * redirect_dir=off and metacopy=off (upper xattrs never redirect lookups
+ * elsewhere), index=off, xino=off, nosuid and nodev (setuid bits and device
+ * nodes in the image or the upper are inert), volatile (no syncs: a sandbox
+ * upper is scratch; after a host crash it is discarded).
+ *
+ * May import: src/errors.ts, ../process/host-command.ts, node built-ins.
+ */
+import { mkdir, rm, stat } from 'node:fs/promises'
+import { join, resolve } from 'node:path'
+import { UsageError } from '../../errors.js'
+import { runHostScript } from '../process/host-command.js'
+import { unmountAllUnder } from './mount-table.js'
+
+export type QuotaKind = 'loop-ext4' | 'tmpfs'
+
+/** ext4 needs a few MiB of metadata; below this a quota makes no sense. */
+export const MIN_DISK_BYTES = 16 * 1024 ** 2
+/** One inode per 8 KiB of quota: enough for source trees, bounded for inode floods. */
+const BYTES_PER_INODE = 8192
+
+export interface SandboxOverlayOptions {
+  /** The image's read-only root directory (absolute). */
+  lower: string
+  /** Directory owned by this sandbox (created if missing). */
+  stateDir: string
+  /** Writable space in bytes. */
+  diskBytes: number
+  quota?: QuotaKind
+}
+
+export interface SandboxOverlay {
+  /** The merged root: the sandbox's `/`. */
+  merged: string
+  /** The overlay upper dir: the sandbox's changes (whiteouts, opaque dirs), for commit. */
+  upperDir: string
+  quota: QuotaKind
+}
+
+/** Paths of the overlay parts in `stateDir`. Sync. */
+export function overlayPaths (stateDir: string): { merged: string, upperDir: string, workDir: string, diskDir: string, diskImage: string, lowerLink: string } {
+  const s = resolve(stateDir)
+  return {
+    merged: join(s, 'rootfs'),
+    upperDir: join(s, 'disk', 'upper'),
+    workDir: join(s, 'disk', 'work'),
+    diskDir: join(s, 'disk'),
+    diskImage: join(s, 'disk.img'),
+    lowerLink: join(s, 'lower')
+  }
+}
+
+const OVERLAY_OPTIONS = 'lowerdir=lower,upperdir=disk/upper,workdir=disk/work,redirect_dir=off,index=off,metacopy=off,xino=off,volatile'
+
+// $1 lower  $2 bytes  $3 inodes  (cwd: stateDir). Paths relative to cwd keep mount options free of escaping.
+const DISK_SETUP: Record<QuotaKind, string> = {
+  'loop-ext4': `
+truncate -s "$2" disk.img
+mkfs.ext4 -q -F -O ^has_journal -E lazy_itable_init=1,nodiscard -m 0 -b 4096 -N "$3" disk.img
+mkdir -p disk
+mount -t ext4 -o loop,nosuid,nodev,noatime disk.img disk`,
+  tmpfs: `
+mkdir -p disk
+mount -t tmpfs -o "size=$2,nr_inodes=$3,mode=0755,nosuid,nodev" tmpfs disk`
+}
+
+const OVERLAY_SETUP = `
+mkdir disk/upper disk/work
+chown --reference=lower/ disk/upper
+chmod --reference=lower/ disk/upper
+mkdir -p rootfs
+mount -t overlay -o "${OVERLAY_OPTIONS},nosuid,nodev" overlay rootfs`
+
+/**
+ * Create the quota'd disk and mount the overlay. Async. Throws UsageError
+ * for a quota below {@link MIN_DISK_BYTES} or a lower that is not a
+ * directory, HostCommandError (an UnsupportedError) when a mount step fails;
+ * on failure whatever was mounted is unmounted again.
+ */
+export async function mountSandboxOverlay (opts: SandboxOverlayOptions): Promise<SandboxOverlay> {
+  const quota = opts.quota ?? 'loop-ext4'
+  if (!Number.isSafeInteger(opts.diskBytes) || opts.diskBytes < MIN_DISK_BYTES) {
+    throw new UsageError(`disk quota ${opts.diskBytes} bytes is below the minimum of ${MIN_DISK_BYTES}`)
+  }
+  const lower = resolve(opts.lower)
+  const st = await stat(lower).catch(() => undefined)
+  if (st?.isDirectory() !== true) throw new UsageError(`image root ${lower} is not a directory`)
+  const p = overlayPaths(opts.stateDir)
+  await mkdir(resolve(opts.stateDir), { recursive: true })
+  const inodes = String(Math.max(4096, Math.floor(opts.diskBytes / BYTES_PER_INODE)))
+  try {
+    await runHostScript(`Cannot set up the writable layer of ${opts.stateDir}`,
+      `ln -sfn "$1" lower${DISK_SETUP[quota]}${OVERLAY_SETUP}`, [lower, String(opts.diskBytes), inodes], { cwd: resolve(opts.stateDir) })
+  } catch (err) {
+    await unmountSandboxOverlay(opts.stateDir).catch(() => {})
+    throw err
+  }
+  return { merged: p.merged, upperDir: p.upperDir, quota }
+}
+
+/**
+ * Unmount the overlay and its disk (whatever of them is mounted), keeping
+ * the files. Idempotent. Async.
+ */
+export async function unmountSandboxOverlay (stateDir: string): Promise<void> {
+  await unmountAllUnder(resolve(stateDir))
+}
+
+/**
+ * Unmount everything below `stateDir` and delete the directory. Refuses to
+ * delete while anything is still mounted below it (rm would reach into the
+ * mount). Idempotent. Async; throws UnsupportedError if a mount stays.
+ */
+export async function removeSandboxOverlay (stateDir: string): Promise<void> {
+  const dir = resolve(stateDir)
+  await unmountAllUnder(dir) // throws while anything stays mounted
+  await rm(dir, { recursive: true, force: true })
+}

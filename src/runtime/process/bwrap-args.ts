@@ -1,0 +1,59 @@
+/**
+ * The bubblewrap command line for one exec in a process-tier sandbox.
+ *
+ * - The merged overlay is bound as `/`; a fresh /proc (own pid namespace),
+ *   a minimal /dev (null, zero, full, random, urandom, tty, pts, shm), a
+ *   size-capped /dev/shm; no /sys and no other host path.
+ * - New pid, mount, ipc, uts, net (loopback only) and cgroup namespaces;
+ *   a new session (no TIOCSTI into the caller's terminal); killed when its
+ *   parent (layerd) dies.
+ * - No capabilities, no_new_privs (bwrap always sets it), the seccomp
+ *   program on fd 3, a cleared environment.
+ * - User: root runs as host root without capabilities. Any other user runs
+ *   bwrap itself as that uid/gid (through `setpriv`), so bwrap makes an
+ *   unprivileged user namespace that maps only that uid and gid: the
+ *   kernel checks are exact, but files owned by other ids (root's, say)
+ *   show up as the overflow id 65534 inside. bubblewrap 0.8 cannot switch
+ *   to a non-root uid while keeping a root-created namespace (its `--userns`
+ *   path calls setuid before setgid and before its mounts).
+ *
+ * Pure: builds argv only.
+ */
+import type { ExecContext } from './exec-context.js'
+
+export const SECCOMP_FD = 3
+export const DEFAULT_DEV_SHM_BYTES = 64 * 1024 ** 2
+
+export interface BwrapOptions {
+  merged: string
+  hostname: string
+  devShmBytes: number
+}
+
+/** `setpriv … bwrap …` (or just `bwrap …` for root) followed by the command. Sync. */
+export function bwrapArgv (ctx: ExecContext, o: BwrapOptions): string[] {
+  const { uid, gid, additionalGids } = ctx.user
+  const asUser = uid !== 0
+  const prefix = asUser
+    ? ['setpriv', `--reuid=${uid}`, `--regid=${gid}`, additionalGids.length > 0 ? `--groups=${additionalGids.join(',')}` : '--clear-groups', '--']
+    : []
+  const args = [
+    'bwrap',
+    '--bind', o.merged, '/',
+    '--proc', '/proc',
+    '--dev', '/dev',
+    '--perms', '1777', '--size', String(o.devShmBytes), '--tmpfs', '/dev/shm',
+    '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-net', '--unshare-cgroup',
+    ...(asUser ? ['--unshare-user'] : []),
+    '--die-with-parent', '--new-session',
+    '--cap-drop', 'ALL',
+    '--hostname', o.hostname,
+    '--clearenv'
+  ]
+  for (const kv of ctx.env) {
+    const eq = kv.indexOf('=')
+    args.push('--setenv', kv.slice(0, eq), kv.slice(eq + 1))
+  }
+  args.push('--chdir', ctx.cwd, '--seccomp', String(SECCOMP_FD), '--', ...ctx.argv)
+  return [...prefix, ...args]
+}

@@ -1,0 +1,108 @@
+/**
+ * Run one sandboxed command's runtime process (bwrap, runc, crun) to
+ * completion: feed stdin, collect stdout and stderr (capped, so a `yes`
+ * cannot fill layerd's memory; the streams given by the caller still get
+ * everything), pass extra pipes as fds 3, 4, …, and on timeout call the
+ * tier's kill function, which must take the whole sandboxed process tree
+ * down. The exit code comes back as the runtime reports it.
+ *
+ * May import: src/errors.ts, ../sandbox.ts, node built-ins.
+ */
+import { spawn, type StdioPipe, type StdioNull } from 'node:child_process'
+import { constants } from 'node:os'
+import { UnsupportedError } from '../../errors.js'
+import type { ExecOptions, ExecResult } from '../sandbox.js'
+
+/** Default cap on collected stdout and on collected stderr, each. */
+export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 ** 2
+const KILL_GRACE_MS = 5000
+
+export interface RunSpec {
+  argv: string[]
+  /** Data for extra fds 3, 4, …: each a pipe, written and closed right after spawn. */
+  extraFds?: Uint8Array[]
+  cwd?: string
+  env?: NodeJS.ProcessEnv
+  maxOutputBytes?: number
+  /** Called with the runtime process's pid right after spawn. */
+  onSpawn?: (pid: number) => void
+  /** Kill the whole tree; called once on timeout. */
+  kill: () => Promise<void>
+}
+
+class CappedBuffer {
+  readonly #chunks: Buffer[] = []
+  #size = 0
+  truncated = false
+  constructor (readonly max: number) {}
+  push (c: Buffer): void {
+    const room = this.max - this.#size
+    if (room <= 0) { this.truncated ||= c.length > 0; return }
+    const part = c.length > room ? c.subarray(0, room) : c
+    if (part.length < c.length) this.truncated = true
+    this.#chunks.push(part)
+    this.#size += part.length
+  }
+
+  get value (): Buffer { return Buffer.concat(this.#chunks) }
+}
+
+/**
+ * Spawn `spec.argv` and resolve when it exits and its output is drained.
+ * Async. Rejects with UnsupportedError only when the program cannot be
+ * started; a failing command resolves with its exit code.
+ */
+export async function runToCompletion (spec: RunSpec, opts: ExecOptions): Promise<ExecResult> {
+  const started = performance.now()
+  const extra = spec.extraFds ?? []
+  const stdio: Array<StdioPipe | StdioNull> = ['pipe', 'pipe', 'pipe', ...extra.map((): StdioPipe => 'pipe')]
+  const child = spawn(spec.argv[0]!, spec.argv.slice(1), { cwd: spec.cwd, env: spec.env ?? {}, stdio })
+  if (child.pid !== undefined) spec.onSpawn?.(child.pid)
+  const max = spec.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES
+  const out = new CappedBuffer(max)
+  const err = new CappedBuffer(max)
+  child.stdout!.on('data', (c: Buffer) => { out.push(c); opts.stdout?.write(c) })
+  child.stderr!.on('data', (c: Buffer) => { err.push(c); opts.stderr?.write(c) })
+  extra.forEach((data, i) => {
+    const s = child.stdio[3 + i] as NodeJS.WritableStream & { on: (e: string, f: () => void) => void }
+    s.on('error', () => {})
+    s.end(data)
+  })
+  child.stdin!.on('error', () => {}) // the command may exit without reading its input
+  child.stdin!.end(opts.stdin ?? new Uint8Array(0))
+
+  let timedOut = false
+  let timer: NodeJS.Timeout | undefined
+  if (opts.timeoutMs !== undefined) {
+    timer = setTimeout(() => {
+      timedOut = true
+      spec.kill().catch(() => {})
+      // Belt and braces: if the tier's kill did not reach the runtime process itself.
+      setTimeout(() => child.kill('SIGKILL'), KILL_GRACE_MS).unref()
+    }, opts.timeoutMs)
+  }
+  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
+    child.on('error', e => {
+      reject((e as NodeJS.ErrnoException).code === 'ENOENT'
+        ? new UnsupportedError(`${spec.argv[0]} is not installed; run .ci/setup`, { cause: e })
+        : e)
+    })
+    child.on('close', (c, s) => resolve([c, s]))
+  })
+  if (timer !== undefined) clearTimeout(timer)
+  const result: ExecResult = {
+    exitCode: code ?? 128 + (signal === null ? 9 : osSignalNumber(signal)),
+    timedOut,
+    stdout: out.value,
+    stderr: err.value,
+    durationMs: performance.now() - started
+  }
+  if (signal !== null) result.signal = signal
+  else if (timedOut) result.signal = 'SIGKILL'
+  if (out.truncated || err.truncated) result.outputTruncated = true
+  return result
+}
+
+function osSignalNumber (signal: NodeJS.Signals): number {
+  return constants.signals[signal] ?? 9
+}

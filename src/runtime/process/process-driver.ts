@@ -1,0 +1,138 @@
+/**
+ * TierDriver 'process': the function-call tier. A sandbox is an overlay
+ * (image lower, quota'd upper: `../overlay/sandbox-overlay.ts`) plus a
+ * cgroup (pids, memory); each `exec` is one bubblewrap invocation over the
+ * same overlay (`bwrap-args.ts`). Files persist between execs in the upper;
+ * processes do not: when a command exits, its pid namespace goes with it.
+ * There is no persistent init to keep alive, leak or attack between calls.
+ *
+ * May import: src/errors.ts, src/format/, ../sandbox.ts, ../overlay/,
+ * ../seccomp/, the modules next to it.
+ */
+import { chmod } from 'node:fs/promises'
+import { UsageError } from '../../errors.js'
+import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { compileSeccompFilter } from '../seccomp/bpf-filter.js'
+import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
+import { DEFAULT_DEV_SHM_BYTES, bwrapArgv } from './bwrap-args.js'
+import { resolveExecContext } from './exec-context.js'
+import { runToCompletion } from './exec-runner.js'
+import { hostToolsUnavailableReason, checkSandboxId } from './host-checks.js'
+import { mkdirInRoot } from './rooted-path.js'
+import { SandboxCgroup, cgroupUnavailableReason, joinCgroupArgv } from './sandbox-cgroup.js'
+
+export interface ProcessDriverOptions {
+  /** How the disk quota is enforced; default 'loop-ext4'. */
+  quota?: QuotaKind
+  /** cgroup directory (under each v1 controller) holding the sandboxes' groups; default 'layerd'. */
+  cgroupParent?: string
+  /** Cap on collected stdout and stderr, each; default 16 MiB. */
+  maxOutputBytes?: number
+  /** Size of the sandbox's /dev/shm tmpfs; default 64 MiB. */
+  devShmBytes?: number
+  /** Hostname inside; default 'sandbox'. */
+  hostname?: string
+}
+
+const RUNTIME_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+
+export class ProcessTierDriver implements TierDriver {
+  readonly tier = 'process' as const
+  readonly #opts: Required<ProcessDriverOptions>
+  readonly #seccomp = compileSeccompFilter()
+
+  constructor (opts: ProcessDriverOptions = {}) {
+    this.#opts = {
+      quota: opts.quota ?? 'loop-ext4',
+      cgroupParent: opts.cgroupParent ?? 'layerd',
+      maxOutputBytes: opts.maxOutputBytes ?? 16 * 1024 ** 2,
+      devShmBytes: opts.devShmBytes ?? DEFAULT_DEV_SHM_BYTES,
+      hostname: opts.hostname ?? 'sandbox'
+    }
+  }
+
+  /** See {@link TierDriver.unavailableReason}. */
+  async unavailableReason (): Promise<string | undefined> {
+    const tools = ['bwrap', 'setpriv', ...(this.#opts.quota === 'loop-ext4' ? ['mkfs.ext4', 'losetup'] : [])]
+    return await hostToolsUnavailableReason(tools) ?? await cgroupUnavailableReason()
+  }
+
+  /**
+   * Mount the overlay, create the cgroup, make the image's WorkingDir.
+   * Async. Throws UsageError for a spec without `rootfs` or a bad id or
+   * quota, UnsupportedError when a host step fails (after undoing the
+   * others).
+   */
+  async create (spec: SandboxSpec): Promise<Sandbox> {
+    checkSandboxId(spec.id)
+    if (spec.rootfs === undefined) throw new UsageError(`sandbox ${spec.id}: the process tier needs the image's rootfs`)
+    const overlay = await mountSandboxOverlay({ lower: spec.rootfs, stateDir: spec.stateDir, diskBytes: spec.limits.diskBytes, quota: this.#opts.quota })
+    let cgroup: SandboxCgroup | undefined
+    try {
+      // Users other than root run bwrap as themselves: they must be able to reach the merged root.
+      await chmod(spec.stateDir, 0o711)
+      cgroup = await SandboxCgroup.create(spec.id, { pids: spec.limits.pids, memoryBytes: spec.limits.memoryBytes }, this.#opts.cgroupParent)
+      const workdir = spec.config.config?.WorkingDir
+      if (workdir !== undefined && workdir.startsWith('/')) await mkdirInRoot(overlay.merged, workdir)
+    } catch (err) {
+      await cgroup?.remove().catch(() => {})
+      await removeSandboxOverlay(spec.stateDir).catch(() => {})
+      throw err
+    }
+    return new ProcessSandbox(spec, overlay, cgroup, this.#opts, this.#seccomp)
+  }
+}
+
+class ProcessSandbox implements Sandbox {
+  readonly tier = 'process' as const
+  readonly id: string
+  /** Where the sandbox's changes live, for commit. */
+  readonly upperDir: string
+  #state: 'running' | 'stopped' | 'destroyed' = 'running'
+  #destroying: Promise<void> | undefined
+
+  constructor (
+    private readonly spec: SandboxSpec,
+    private readonly overlay: SandboxOverlay,
+    private readonly cgroup: SandboxCgroup,
+    private readonly opts: Required<ProcessDriverOptions>,
+    private readonly seccomp: Buffer
+  ) {
+    this.id = spec.id
+    this.upperDir = overlay.upperDir
+  }
+
+  /** See {@link Sandbox.exec}. Throws UsageError after stop/destroy or for a bad user/cwd. */
+  async exec (opts: ExecOptions): Promise<ExecResult> {
+    if (this.#state !== 'running') throw new UsageError(`sandbox ${this.id} is ${this.#state}`)
+    const ctx = await resolveExecContext(this.spec.rootfs!, this.spec.config, opts)
+    const argv = joinCgroupArgv(this.cgroup.procsFiles, bwrapArgv(ctx, { merged: this.overlay.merged, hostname: this.opts.hostname, devShmBytes: this.opts.devShmBytes }))
+    let pid: number | undefined
+    return await runToCompletion({
+      argv,
+      env: { PATH: RUNTIME_PATH },
+      extraFds: [this.seccomp],
+      maxOutputBytes: this.opts.maxOutputBytes,
+      onSpawn: p => { pid = p },
+      // bwrap's monitor dies; --die-with-parent takes the pid namespace's init, and so every process in it, along.
+      kill: async () => { if (pid !== undefined) { try { process.kill(pid, 'SIGKILL') } catch {} } }
+    }, opts)
+  }
+
+  /** See {@link Sandbox.stop}. */
+  async stop (): Promise<void> {
+    if (this.#state === 'running') this.#state = 'stopped'
+    await this.cgroup.killAll()
+  }
+
+  /** See {@link Sandbox.destroy}. */
+  async destroy (): Promise<void> {
+    this.#destroying ??= (async () => {
+      this.#state = 'destroyed'
+      await this.cgroup.remove()
+      await removeSandboxOverlay(this.spec.stateDir)
+    })().catch(err => { this.#destroying = undefined; throw err }) // a failed teardown can be retried
+    await this.#destroying
+  }
+}
+
