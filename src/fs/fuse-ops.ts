@@ -36,8 +36,20 @@ export interface FuseOpsContext {
   boundary: ErrnoBoundary
 }
 
-/** Build the ops table. Sync; the table holds no state of its own. */
+/**
+ * Build the ops table. Sync; the table holds no state of its own. An image
+ * without xattrs gets no getxattr/listxattr ops (see FuseOperations).
+ */
 export function createFuseOps ({ view, files, boundary }: FuseOpsContext): FuseOperations {
+  const ops = createAllOps({ view, files, boundary })
+  if (!view.hasXattrs) {
+    delete ops.getxattr
+    delete ops.listxattr
+  }
+  return ops
+}
+
+function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperations {
   const refuse = (cb: FuseErrCallback): void => cb(-EROFS)
 
   /** The inode behind a file handle from open(), else by path. */

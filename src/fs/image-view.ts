@@ -57,6 +57,8 @@ export class ImageView {
   readonly imageBytes: number
   /** Inodes reachable from the root. */
   readonly inodeCount: number
+  /** Whether any reachable inode has an extended attribute. */
+  readonly hasXattrs: boolean
   readonly #byPath = new Map<string, MergedNode>()
   /** Reachable inodes by number. */
   readonly #inodes: Array<MergedInode | undefined> = []
@@ -72,6 +74,7 @@ export class ImageView {
   constructor (tree: MergedTree) {
     this.tree = tree
     let imageBytes = 0
+    let hasXattrs = false
     const seen = new Set<number>()
     const stack: MergedNode[] = [tree.root]
     this.#dirParents[tree.root.inode.ino] = tree.root
@@ -82,6 +85,7 @@ export class ImageView {
         seen.add(ino)
         this.#inodes[ino] = node.inode
         imageBytes += node.inode.entry.size
+        if (node.inode.entry.xattrs !== undefined && Object.keys(node.inode.entry.xattrs).length > 0) hasXattrs = true
       }
       if (node.children === undefined) continue
       this.#dirNodes[ino] = node
@@ -91,6 +95,7 @@ export class ImageView {
       }
     }
     this.imageBytes = imageBytes
+    this.hasXattrs = hasXattrs
     this.inodeCount = seen.size
     this.#byPath.set('/', tree.root)
     const blocks = Math.ceil(imageBytes / BLOCK_SIZE)
