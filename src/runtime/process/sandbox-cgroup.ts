@@ -11,7 +11,7 @@
  *
  * May import: src/errors.ts, node built-ins.
  */
-import { access, mkdir, readFile, rmdir, writeFile } from 'node:fs/promises'
+import { access, mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { UnsupportedError } from '../../errors.js'
 
@@ -36,8 +36,18 @@ export interface CgroupLimits { pids: number, memoryBytes: number }
 export class SandboxCgroup {
   /** Directories, one per controller. */
   readonly dirs: readonly string[]
+  readonly #root: string
+  /** `<parent>/<name>`, the group's path inside every hierarchy. */
+  readonly #relative: string
 
-  private constructor (dirs: string[]) { this.dirs = dirs }
+  private constructor (dirs: string[], root: string, relative: string) {
+    this.dirs = dirs
+    this.#root = root
+    this.#relative = relative
+  }
+
+  /** The group's path inside each hierarchy, e.g. for an OCI `cgroupsPath` below it. */
+  get path (): string { return `/${this.#relative}` }
 
   /**
    * Create (or adopt) `<controller>/<parent>/<name>` and set the limits.
@@ -55,16 +65,22 @@ export class SandboxCgroup {
     } catch (err) {
       throw new UnsupportedError(`cannot set up cgroup ${parent}/${name}: ${(err as Error).message}`, { cause: err })
     }
-    return new SandboxCgroup(dirs)
+    return new SandboxCgroup(dirs, root, join(parent, name))
   }
 
   /** The cgroup.procs files a process writes its pid to in order to join. */
   get procsFiles (): string[] { return this.dirs.map(d => join(d, 'cgroup.procs')) }
 
-  /** Pids currently in the group (pids controller). Async; [] once removed. */
+  /** Pids in the group and its child groups (pids controller). Async; [] once removed. */
   async pids (): Promise<number[]> {
-    const text = await readFile(join(this.dirs[0]!, 'cgroup.procs'), 'utf8').catch(() => '')
-    return text.split('\n').filter(l => l !== '').map(Number)
+    const out: number[] = []
+    const walk = async (dir: string): Promise<void> => {
+      const text = await readFile(join(dir, 'cgroup.procs'), 'utf8').catch(() => '')
+      for (const l of text.split('\n')) if (l !== '') out.push(Number(l))
+      for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) if (e.isDirectory()) await walk(join(dir, e.name))
+    }
+    await walk(this.dirs[0]!)
+    return out
   }
 
   /** SIGKILL everything in the group until it is empty. Async; throws UnsupportedError if it will not empty. */
@@ -78,19 +94,31 @@ export class SandboxCgroup {
     throw new UnsupportedError(`cgroup ${this.dirs[0]} still holds processes after ${KILL_ROUNDS} kill rounds`)
   }
 
-  /** Kill everything and remove the directories. Idempotent. Async. */
+  /**
+   * Kill everything and remove the group, with any child groups a runtime
+   * made under it, from every v1 hierarchy (runc creates one per
+   * controller) and from the v2 mount. Idempotent. Async.
+   */
   async remove (): Promise<void> {
     await this.killAll()
-    for (const d of this.dirs) {
-      // A killed process leaves the group a moment after it dies; rmdir says EBUSY until then.
-      for (let i = 0; ; i++) {
-        try { await rmdir(d); break } catch (err) {
-          const code = (err as NodeJS.ErrnoException).code
-          if (code === 'ENOENT') break
-          if (code !== 'EBUSY' || i >= KILL_ROUNDS) throw new UnsupportedError(`cannot remove cgroup ${d}: ${(err as Error).message}`, { cause: err })
-          await sleep(KILL_ROUND_PAUSE_MS)
-        }
-      }
+    const hierarchies = await readdir(this.#root, { withFileTypes: true }).catch(() => [])
+    for (const h of hierarchies) {
+      if (h.isDirectory()) await removeTree(join(this.#root, h.name, this.#relative))
+    }
+  }
+}
+
+/** rmdir a cgroup directory after its child groups. A dying process keeps it EBUSY for a moment. */
+async function removeTree (dir: string): Promise<void> {
+  for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+    if (e.isDirectory()) await removeTree(join(dir, e.name))
+  }
+  for (let i = 0; ; i++) {
+    try { await rmdir(dir); return } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'ENOENT') return
+      if (code !== 'EBUSY' || i >= KILL_ROUNDS) throw new UnsupportedError(`cannot remove cgroup ${dir}: ${(err as Error).message}`, { cause: err })
+      await sleep(KILL_ROUND_PAUSE_MS)
     }
   }
 }

@@ -1,0 +1,175 @@
+/**
+ * TierDriver 'container': each exec is one OCI container (`runc run`, or
+ * crun) whose bundle root is the sandbox's overlay merged dir
+ * (`../overlay/sandbox-overlay.ts`) and whose config.json is generated from
+ * the image config (`oci-config.ts`). Like the process tier, files persist
+ * between execs in the upper and processes do not (no long-lived init).
+ *
+ * The sandbox's cgroup (`/layerd/<id>` in pids and memory, with the
+ * sandbox's limits) is the parent of every exec's runtime-made group
+ * (`/layerd/<id>/e<n>`), so the limits hold across concurrent execs and
+ * teardown finds everything under one path.
+ *
+ * May import: src/errors.ts, src/format/, ../sandbox.ts, ../overlay/,
+ * ../seccomp/, ../process/, the modules next to it.
+ */
+import { mkdir, readdir, rm, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { UsageError } from '../../errors.js'
+import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { DEFAULT_DEV_SHM_BYTES } from '../process/bwrap-args.js'
+import { resolveExecContext } from '../process/exec-context.js'
+import { runToCompletion } from '../process/exec-runner.js'
+import { runHost } from '../process/host-command.js'
+import { checkSandboxId, hostToolsUnavailableReason } from '../process/host-checks.js'
+import { mkdirInRoot } from '../process/rooted-path.js'
+import { SandboxCgroup, cgroupUnavailableReason } from '../process/sandbox-cgroup.js'
+import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
+import { ociRuntimeConfig, readNofileHardLimit } from './oci-config.js'
+import { OciRuntime, type OciRuntimeName } from './oci-runtime.js'
+
+export interface ContainerDriverOptions {
+  /** Default 'runc'. */
+  runtime?: OciRuntimeName
+  /** The runtime's `--root` state directory; default /run/layerd/<runtime>. */
+  runtimeStateRoot?: string
+  /** How the disk quota is enforced; default 'loop-ext4'. */
+  quota?: QuotaKind
+  /** cgroup directory holding the sandboxes' groups; default 'layerd'. */
+  cgroupParent?: string
+  /** Cap on collected stdout and stderr, each; default 16 MiB. */
+  maxOutputBytes?: number
+  devShmBytes?: number
+  hostname?: string
+}
+
+const NOFILE_HARD_LIMIT = readNofileHardLimit()
+const RUNTIME_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+
+export class ContainerTierDriver implements TierDriver {
+  readonly tier = 'container' as const
+  readonly #runtime: OciRuntime
+  readonly #opts: Required<Omit<ContainerDriverOptions, 'runtime' | 'runtimeStateRoot'>>
+
+  constructor (opts: ContainerDriverOptions = {}) {
+    this.#runtime = new OciRuntime(opts.runtime ?? 'runc', opts.runtimeStateRoot)
+    this.#opts = {
+      quota: opts.quota ?? 'loop-ext4',
+      cgroupParent: opts.cgroupParent ?? 'layerd',
+      maxOutputBytes: opts.maxOutputBytes ?? 16 * 1024 ** 2,
+      devShmBytes: opts.devShmBytes ?? DEFAULT_DEV_SHM_BYTES,
+      hostname: opts.hostname ?? 'sandbox'
+    }
+  }
+
+  get runtime (): OciRuntimeName { return this.#runtime.name }
+
+  /** See {@link TierDriver.unavailableReason}. */
+  async unavailableReason (): Promise<string | undefined> {
+    const tools = [...this.#runtime.programs, ...(this.#opts.quota === 'loop-ext4' ? ['mkfs.ext4', 'losetup'] : [])]
+    return await hostToolsUnavailableReason(tools) ?? await cgroupUnavailableReason()
+  }
+
+  /** Mount the overlay, create the cgroup, make the WorkingDir. Async; errors as the process tier's create(). */
+  async create (spec: SandboxSpec): Promise<Sandbox> {
+    checkSandboxId(spec.id)
+    if (spec.rootfs === undefined) throw new UsageError(`sandbox ${spec.id}: the container tier needs the image's rootfs`)
+    const overlay = await mountSandboxOverlay({ lower: spec.rootfs, stateDir: spec.stateDir, diskBytes: spec.limits.diskBytes, quota: this.#opts.quota })
+    let cgroup: SandboxCgroup | undefined
+    try {
+      cgroup = await SandboxCgroup.create(spec.id, { pids: spec.limits.pids, memoryBytes: spec.limits.memoryBytes }, this.#opts.cgroupParent)
+      const workdir = spec.config.config?.WorkingDir
+      if (workdir !== undefined && workdir.startsWith('/')) await mkdirInRoot(overlay.merged, workdir)
+      await mkdir(join(spec.stateDir, 'bundles'), { recursive: true })
+      await mkdir(this.#runtime.stateRoot, { recursive: true, mode: 0o700 })
+    } catch (err) {
+      await cgroup?.remove().catch(() => {})
+      await removeSandboxOverlay(spec.stateDir).catch(() => {})
+      throw err
+    }
+    return new ContainerSandbox(spec, overlay, cgroup, this.#runtime, this.#opts)
+  }
+}
+
+class ContainerSandbox implements Sandbox {
+  readonly tier = 'container' as const
+  readonly id: string
+  readonly upperDir: string
+  #state: 'running' | 'stopped' | 'destroyed' = 'running'
+  #execs = 0
+  #destroying: Promise<void> | undefined
+
+  constructor (
+    private readonly spec: SandboxSpec,
+    private readonly overlay: SandboxOverlay,
+    private readonly cgroup: SandboxCgroup,
+    private readonly runtime: OciRuntime,
+    private readonly opts: Required<Omit<ContainerDriverOptions, 'runtime' | 'runtimeStateRoot'>>
+  ) {
+    this.id = spec.id
+    this.upperDir = overlay.upperDir
+  }
+
+  /** See {@link Sandbox.exec}. Throws UsageError after stop/destroy or for a bad user/cwd. */
+  async exec (opts: ExecOptions): Promise<ExecResult> {
+    if (this.#state !== 'running') throw new UsageError(`sandbox ${this.id} is ${this.#state}`)
+    const ctx = await resolveExecContext(this.spec.rootfs!, this.spec.config, opts)
+    const n = ++this.#execs
+    const containerId = `${this.id}-e${n}`
+    const bundle = join(this.spec.stateDir, 'bundles', `e${n}`)
+    await mkdir(bundle, { recursive: true })
+    const config = ociRuntimeConfig({
+      ctx,
+      rootPath: this.overlay.merged,
+      hostname: this.opts.hostname,
+      pids: this.spec.limits.pids,
+      memoryBytes: this.spec.limits.memoryBytes,
+      cgroupsPath: `${this.cgroup.path}/e${n}`,
+      devShmBytes: this.opts.devShmBytes,
+      nofileHardLimit: NOFILE_HARD_LIMIT
+    })
+    await writeFile(join(bundle, 'config.json'), JSON.stringify(config))
+    try {
+      const result = await runToCompletion({
+        argv: this.runtime.runArgv(bundle, containerId),
+        env: { PATH: RUNTIME_PATH },
+        maxOutputBytes: this.opts.maxOutputBytes,
+        // Killing the container's init ends its pid namespace; `runc run` then reaps and returns.
+        kill: async () => { await this.#runtimeCommand(this.runtime.killArgv(containerId)) }
+      }, opts)
+      if (result.timedOut || result.signal !== undefined) await this.#runtimeCommand(this.runtime.deleteArgv(containerId))
+      return result
+    } finally {
+      await rm(bundle, { recursive: true, force: true })
+    }
+  }
+
+  async #runtimeCommand (argv: string[]): Promise<void> {
+    await runHost(argv[0]!, argv.slice(1)).catch(() => {})
+  }
+
+  /** See {@link Sandbox.stop}. */
+  async stop (): Promise<void> {
+    if (this.#state === 'running') this.#state = 'stopped'
+    await this.cgroup.killAll()
+    await this.#deleteLeftoverContainers()
+  }
+
+  /** Containers of this sandbox the runtime still lists (its `runc run` was killed, say). */
+  async #deleteLeftoverContainers (): Promise<void> {
+    const names = await readdir(this.runtime.stateRoot).catch(() => [] as string[])
+    for (const name of names.filter(n => n.startsWith(`${this.id}-e`))) await this.#runtimeCommand(this.runtime.deleteArgv(name))
+  }
+
+  /** See {@link Sandbox.destroy}. */
+  async destroy (): Promise<void> {
+    this.#destroying ??= (async () => {
+      this.#state = 'destroyed'
+      await this.cgroup.killAll()
+      await this.#deleteLeftoverContainers()
+      await this.cgroup.remove()
+      await removeSandboxOverlay(this.spec.stateDir)
+    })().catch(err => { this.#destroying = undefined; throw err })
+    await this.#destroying
+  }
+}
