@@ -105,6 +105,13 @@ function loadChunks (sources: string[], limitBytes: number): Chunk[] {
 }
 
 const seconds = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1e9
+/** Fastest of `runs` timings: this machine is shared, and the minimum is the least disturbed. */
+async function bestOf (runs: number, fn: () => number | Promise<number>): Promise<number> {
+  let best = Infinity
+  for (let i = 0; i < runs; i++) best = Math.min(best, await fn())
+  return best
+}
+const RUNS = 3
 const fmt = (n: number, digits = 1): string => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
 
 async function main (): Promise<void> {
@@ -126,9 +133,11 @@ async function main (): Promise<void> {
   try {
     // ---- decode cost (the fetcher's inline work per chunk)
     const refs: ChunkRef[] = chunks.map(c => ({ digest: c.digest, blob: '0'.repeat(64), offset: 0, compressedLength: c.frame.length, length: c.plain.length }))
-    let t0 = process.hrtime.bigint()
-    for (let i = 0; i < chunks.length; i++) decodeChunk(chunks[i]!.frame, refs[i]!, 'bench')
-    const decodeS = seconds(t0)
+    const decodeS = await bestOf(RUNS, () => {
+      const t0 = process.hrtime.bigint()
+      for (let i = 0; i < chunks.length; i++) decodeChunk(chunks[i]!.frame, refs[i]!, 'bench')
+      return seconds(t0)
+    })
     add('decodeUsPer64KiB', decodeS / (plainBytes / 65536) * 1e6, 'decode (zstd + sha256) per 64 KiB', `${fmt(decodeS / (plainBytes / 65536) * 1e6)} µs`,
       `${fmt(plainBytes / decodeS / MB, 0)} MB/s on one core: inline, no worker`)
 
@@ -136,7 +145,7 @@ async function main (): Promise<void> {
     for (const [label, verified, noSync] of [['verified by the cache', false, false], ['trusted (fetcher already hashed)', true, false], ['trusted, noSync', true, true]] as const) {
       const dir = join(work, `put-${String(verified)}-${String(noSync)}`)
       const cache = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0, noSync })
-      t0 = process.hrtime.bigint()
+      const t0 = process.hrtime.bigint()
       for (let i = 0; i < chunks.length; i += 64) {
         await Promise.all(chunks.slice(i, i + 64).map(async c => await cache.put(c.digest, c.plain, { verified })))
       }
@@ -156,7 +165,7 @@ async function main (): Promise<void> {
     for (const c of chunks) await mem.put(c.digest, c.plain, { verified: true })
     await hitBench(mem, chunks, 'memory', add)
     await mem.close()
-    compressedHitBench(join(work, 'compressed'), chunks, add)
+    await compressedHitBench(join(work, 'compressed'), chunks, add)
 
     // ---- fetcher from an fs store
     await fetcherBench(join(work, 'fetch'), chunks, add)
@@ -184,34 +193,39 @@ async function hitBench (cache: LmdbChunkCache | MemoryChunkCache, chunks: Chunk
   let x = 12345
   const order = Array.from({ length: HIT_OPS }, () => { x = (x * 1103515245 + 12345) & 0x7fffffff; return x % chunks.length })
   let bytes = 0
-  for (let i = 0; i < 1000; i++) cache.get(chunks[order[i]!]!.digest)!.copy(target)
-  const t0 = process.hrtime.bigint()
-  for (const i of order) {
-    const v = cache.get(chunks[i]!.digest)!
-    bytes += v.copy(target, 0, 0, v.length)
-  }
-  const s = seconds(t0)
+  const s = await bestOf(RUNS, () => {
+    bytes = 0
+    const t0 = process.hrtime.bigint()
+    for (const i of order) {
+      const v = cache.get(chunks[i]!.digest)!
+      bytes += v.copy(target, 0, 0, v.length)
+    }
+    return seconds(t0)
+  })
   add(`hitUs_${label}`, s / HIT_OPS * 1e6, `hit: ${label} get() + copy out`, `${fmt(s / HIT_OPS * 1e6, 2)} µs`,
     `${fmt(HIT_OPS / s / 1000, 0)} k ops/s, ${fmt(bytes / s / MB, 0)} MB/s (mean ${fmt(bytes / HIT_OPS / 1024)} KiB)`)
 }
 
 /** The alternative design: the cache holds the compressed frame, a hit decompresses. */
-function compressedHitBench (dir: string, chunks: Chunk[], add: Add): void {
+async function compressedHitBench (dir: string, chunks: Chunk[], add: Add): Promise<void> {
   const env = open({ path: dir, noSubdir: false, maxDbs: 2 })
   const db = env.openDB({ name: 'frames', encoding: 'binary' })
   env.transactionSync(() => { for (const c of chunks) db.putSync(c.digest, c.frame) })
   const dctx = new zstd.DCtx()
   const target = Buffer.allocUnsafe(256 * 1024)
-  let x = 12345
   const ops = HIT_OPS / 4
   let bytes = 0
-  const t0 = process.hrtime.bigint()
-  for (let k = 0; k < ops; k++) {
-    x = (x * 1103515245 + 12345) & 0x7fffffff
-    const frame = db.getBinaryFast(chunks[x % chunks.length]!.digest)!
-    bytes += dctx.decompress(target, frame.subarray(0, frame.length))
-  }
-  const s = seconds(t0)
+  const s = await bestOf(RUNS, () => {
+    let x = 12345
+    bytes = 0
+    const t0 = process.hrtime.bigint()
+    for (let k = 0; k < ops; k++) {
+      x = (x * 1103515245 + 12345) & 0x7fffffff
+      const frame = db.getBinaryFast(chunks[x % chunks.length]!.digest)!
+      bytes += dctx.decompress(target, frame.subarray(0, frame.length))
+    }
+    return seconds(t0)
+  })
   add('hitUs_compressedLmdb', s / ops * 1e6, 'hit if lmdb held compressed frames (get + decompress)', `${fmt(s / ops * 1e6, 2)} µs`,
     `${fmt(bytes / s / MB, 0)} MB/s: the price of storing compressed`)
   void env.close()
@@ -252,14 +266,29 @@ async function fetcherBench (dir: string, chunks: Chunk[], add: Add): Promise<vo
     }))
     return seconds(t0)
   }
+  const elu0 = performance.eventLoopUtilization()
   const cold = await readAll()
   await fetcher.idle()
+  const busy = performance.eventLoopUtilization(elu0).utilization
   add('fetchColdMBps', plainBytes / cold / MB, 'ChunkFetcher cold read, fs store → lmdb', `${fmt(plainBytes / cold / MB, 0)} MB/s plain`,
-    `${mount.fetches} GETs for ${refs.length} chunks, ${fmt(mount.fetchedBytes / MB)} MB fetched`)
+    `${mount.fetches} GETs for ${refs.length} chunks, ${fmt(mount.fetchedBytes / MB)} MB fetched; main thread ${fmt(busy * 100, 0)}% busy (decode + sha256 inline)`)
   const fetchedCold = mount.fetchedBytes
   const warm = await readAll()
-  add('fetchWarmMBps', plainBytes / warm / MB, 'ChunkFetcher warm read (all hits, copied out)', `${fmt(plainBytes / warm / MB, 0)} MB/s plain`,
+  add('fetchWarmMBps', plainBytes / warm / MB, 'ChunkFetcher.read() warm (all hits, copied out)', `${fmt(plainBytes / warm / MB, 0)} MB/s plain`,
     `${fmt(mount.fetchedBytes - fetchedCold, 0)} bytes fetched`)
+  // The FUSE path: readInto() a 128 KiB read buffer, synchronous on hits.
+  const target = Buffer.allocUnsafe(512 * 1024)
+  const intoS = await bestOf(RUNS, () => {
+    const t0 = process.hrtime.bigint()
+    for (let i = 0; i < refs.length; i += 2) {
+      const pieces = refs.slice(i, i + 2).map(ref => ({ ref, offset: 0, length: ref.length }))
+      const n = fetcher.readInto(pieces, target, { stats: mount })
+      if (typeof n !== 'number') throw new Error('warm readInto() went async')
+    }
+    return seconds(t0)
+  })
+  add('readIntoWarmMBps', plainBytes / intoS / MB, 'ChunkFetcher.readInto() warm, 2 chunks per call', `${fmt(plainBytes / intoS / MB, 0)} MB/s plain`,
+    `${fmt(intoS / (refs.length / 2) * 1e6, 1)} µs per call, no await`)
   await fetcher.close()
   await cache.close()
 
@@ -280,16 +309,20 @@ async function recencyBench (dir: string, chunks: Chunk[], add: Add): Promise<vo
   const cache = LmdbChunkCache.open(join(dir, 'lmdb'), { maintenanceIntervalMs: 0 })
   const small = Buffer.alloc(16)
   await Promise.all(keys.map(async k => await cache.put(k, small, { verified: true })))
-  const times = new Map(keys.map((k, i) => [k, Date.now() + 1000 + i]))
-  const t0 = process.hrtime.bigint()
-  const saving = cache.saveAccessTimes(times)
-  // The synchronous part runs before the first await inside #inOrder: measure to the next macrotask.
-  await new Promise(resolve => setImmediate(resolve))
-  const issueS = seconds(t0)
-  await saving
-  const totalS = seconds(t0)
+  let issueS = Infinity
+  const totalS = await bestOf(RUNS, async () => {
+    const base = Date.now() + 1000 + Math.random() * 1e6
+    const times = new Map(keys.map((k, i) => [k, base + i]))
+    const t0 = process.hrtime.bigint()
+    const saving = cache.saveAccessTimes(times)
+    // The synchronous part runs before the commit is handed to lmdb's writer thread: time to the next macrotask.
+    await new Promise(resolve => setImmediate(resolve))
+    issueS = Math.min(issueS, seconds(t0))
+    await saving
+    return seconds(t0)
+  })
   add('recencyLmdbMs', totalS * 1000, `save ${FLUSH_KEYS} access times, lmdb (ours)`, `${fmt(totalS * 1000)} ms`,
-    `of which ~${fmt(issueS * 1000)} ms on the main thread before the commit goes to lmdb's writer thread`)
+    `of which ~${fmt(issueS * 1000)} ms on the main thread`)
   await cache.close()
 
   const db = new Database(join(dir, 'state.db'))
@@ -299,9 +332,12 @@ async function recencyBench (dir: string, chunks: Chunk[], add: Add): Promise<vo
   const ins = db.prepare('INSERT INTO access VALUES (?, 16, ?)')
   db.transaction(() => { keys.forEach((k, i) => ins.run(k, i)) })()
   const upd = db.prepare('UPDATE access SET atime = ? WHERE key = ?')
-  const t1 = process.hrtime.bigint()
-  db.transaction(() => { for (const [k, t] of times) upd.run(t, k) })()
-  const sqlS = seconds(t1)
+  const sqlS = await bestOf(RUNS, () => {
+    const base = Date.now() + 1000 + Math.random() * 1e6
+    const t1 = process.hrtime.bigint()
+    db.transaction(() => { keys.forEach((k, i) => upd.run(base + i, k)) })()
+    return seconds(t1)
+  })
   add('recencySqliteMs', sqlS * 1000, `same in better-sqlite3 (WAL, synchronous=NORMAL)`, `${fmt(sqlS * 1000)} ms`, 'all of it on the main thread')
   db.close()
 }
