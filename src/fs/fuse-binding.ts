@@ -79,12 +79,12 @@ export interface FuseOperations {
   readlink: (path: string, cb: FuseValueCallback<string>) => void
   access: (path: string, mode: number, cb: FuseErrCallback) => void
   statfs: (path: string, cb: FuseValueCallback<FuseStatfs>) => void
-  open: (path: string, flags: number, cb: FuseValueCallback<number>) => void
-  opendir: (path: string, flags: number, cb: FuseValueCallback<number>) => void
+  open?: (path: string, flags: number, cb: FuseValueCallback<number>) => void
+  opendir?: (path: string, flags: number, cb: FuseValueCallback<number>) => void
   /** `cb(bytesRead)` or `cb(-errno)`. `buf` is only valid until cb is called. */
   read: (path: string, fd: number, buf: Buffer, length: number, position: number, cb: (result: number) => void) => void
-  release: (path: string, fd: number, cb: FuseErrCallback) => void
-  releasedir: (path: string, fd: number, cb: FuseErrCallback) => void
+  release?: (path: string, fd: number, cb: FuseErrCallback) => void
+  releasedir?: (path: string, fd: number, cb: FuseErrCallback) => void
   /**
    * `cb(0, value)`; `cb(0, undefined)` means no such attribute (ENODATA).
    * Leave getxattr/listxattr out for a filesystem without xattrs: the kernel

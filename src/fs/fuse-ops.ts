@@ -10,9 +10,14 @@
  * - Metadata ops answer synchronously from memory; read answers
  *   synchronously on a cache hit and only awaits on a miss.
  * - Every write-type op answers EROFS, and so does open/access for writing.
- * - open/opendir return the inode number as the file handle, so read needs
- *   no path lookup.
  * - Nothing is logged on success.
+ * - Every op answered in JS costs a round trip through the binding (tens of
+ *   µs), while an op left out is answered by libfuse in C. So the table
+ *   leaves out what has nothing to decide: opendir/release/releasedir/init
+ *   (no state per handle), open on a kernel read-only mount (the VFS has
+ *   already refused writes; libfuse still sets keep_cache), and the xattr
+ *   ops for an image without xattrs. When open is answered, it returns the
+ *   inode number as the file handle, so read needs no path lookup.
  *
  * May import: src/errors.ts, src/format/, ./image-view.ts, ./file-reader.ts,
  * ./errno-boundary.ts, ./fuse-binding.ts (types only).
@@ -34,21 +39,26 @@ export interface FuseOpsContext {
   view: ImageView
   files: FileReader
   boundary: ErrnoBoundary
+  /** The mount is `ro` in the kernel: write opens never reach the ops. */
+  kernelReadOnly: boolean
 }
 
-/**
- * Build the ops table. Sync; the table holds no state of its own. An image
- * without xattrs gets no getxattr/listxattr ops (see FuseOperations).
- */
-export function createFuseOps ({ view, files, boundary }: FuseOpsContext): FuseOperations {
-  const ops = createAllOps({ view, files, boundary })
-  if (!view.hasXattrs) {
+/** Build the ops table (see the module doc for what it leaves out). Sync; the table holds no state of its own. */
+export function createFuseOps (context: FuseOpsContext): FuseOperations {
+  const ops = createAllOps(context)
+  delete ops.init
+  delete ops.opendir
+  delete ops.release
+  delete ops.releasedir
+  if (context.kernelReadOnly) delete ops.open
+  if (!context.view.hasXattrs) {
     delete ops.getxattr
     delete ops.listxattr
   }
   return ops
 }
 
+/** Every op layerd can answer; createFuseOps() picks the ones worth a round trip. */
 function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperations {
   const refuse = (cb: FuseErrCallback): void => cb(-EROFS)
 

@@ -100,7 +100,9 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   const view = new ImageView(tree)
   const files = new FileReader(tocs, reader)
   const boundary = new ErrnoBoundary({ log, storeName: reader.storeName, mountpoint })
-  const fuse = await mountFuse(mountpoint, createFuseOps({ view, files, boundary }), { ...DEFAULT_FUSE_OPTIONS, ...options.fuse })
+  const fuseOptions = { ...DEFAULT_FUSE_OPTIONS, ...options.fuse }
+  const ops = createFuseOps({ view, files, boundary, kernelReadOnly: fuseOptions.readOnly })
+  const fuse = await mountFuse(mountpoint, ops, fuseOptions)
   const storedBytes = referencedChunkBytes(tocs)
   return {
     mountpoint,
