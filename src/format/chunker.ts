@@ -33,9 +33,9 @@ export interface FastCdcOptions {
 }
 
 /**
- * The FastCDC sizes push uses, chosen by measurement (bench/chunking.ts on
- * the Debian fixture series; figures in bench/results/chunking.md): avg
- * 32 KiB, min = avg/4, max = avg*4, restarted at every file. Part of the
+ * The FastCDC sizes push should use, chosen by measurement (bench/chunking.ts
+ * on the Debian fixture series; a run writes bench/results/chunking.md):
+ * avg 32 KiB, min = avg/4, max = avg*4, restarted at every file. Part of the
  * storage format: changing it stops new pushes deduplicating against old ones.
  */
 export const DEFAULT_FASTCDC_OPTIONS: Readonly<FastCdcOptions> = Object.freeze({ minSize: 8 * 1024, avgSize: 32 * 1024, maxSize: 128 * 1024 })
