@@ -22,6 +22,8 @@
 import type { ExecContext } from './exec-context.js'
 
 export const SECCOMP_FD = 3
+/** bwrap reads its options from this fd (NUL-separated), so the sandbox's /proc/1/cmdline shows no host path. */
+export const ARGS_FD = 4
 export const DEFAULT_DEV_SHM_BYTES = 64 * 1024 ** 2
 
 export interface BwrapOptions {
@@ -30,15 +32,17 @@ export interface BwrapOptions {
   devShmBytes: number
 }
 
-/** `setpriv … bwrap …` (or just `bwrap …` for root) followed by the command. Sync. */
-export function bwrapArgv (ctx: ExecContext, o: BwrapOptions): string[] {
+/**
+ * `argv`: `setpriv … bwrap --args 4 -- CMD…` (no setpriv for root);
+ * `argsFd`: the options, NUL-separated, for fd {@link ARGS_FD}. Sync.
+ */
+export function bwrapInvocation (ctx: ExecContext, o: BwrapOptions): { argv: string[], argsFd: Buffer } {
   const { uid, gid, additionalGids } = ctx.user
   const asUser = uid !== 0
   const prefix = asUser
     ? ['setpriv', `--reuid=${uid}`, `--regid=${gid}`, additionalGids.length > 0 ? `--groups=${additionalGids.join(',')}` : '--clear-groups', '--']
     : []
   const args = [
-    'bwrap',
     '--bind', o.merged, '/',
     '--proc', '/proc',
     '--dev', '/dev',
@@ -54,6 +58,10 @@ export function bwrapArgv (ctx: ExecContext, o: BwrapOptions): string[] {
     const eq = kv.indexOf('=')
     args.push('--setenv', kv.slice(0, eq), kv.slice(eq + 1))
   }
-  args.push('--chdir', ctx.cwd, '--seccomp', String(SECCOMP_FD), '--', ...ctx.argv)
-  return [...prefix, ...args]
+  args.push('--chdir', ctx.cwd, '--seccomp', String(SECCOMP_FD))
+  return {
+    // The command stays on the command line (bwrap wants it there); the options, with the host paths, go through the fd.
+    argv: [...prefix, 'bwrap', '--args', String(ARGS_FD), '--', ...ctx.argv],
+    argsFd: Buffer.from(args.map(a => `${a}\0`).join(''))
+  }
 }

@@ -14,7 +14,7 @@ import { UsageError } from '../../errors.js'
 import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
 import { compileSeccompFilter } from '../seccomp/bpf-filter.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
-import { DEFAULT_DEV_SHM_BYTES, bwrapArgv } from './bwrap-args.js'
+import { DEFAULT_DEV_SHM_BYTES, bwrapInvocation } from './bwrap-args.js'
 import { resolveExecContext } from './exec-context.js'
 import { runToCompletion } from './exec-runner.js'
 import { hostToolsUnavailableReason, checkSandboxId } from './host-checks.js'
@@ -106,12 +106,13 @@ class ProcessSandbox implements Sandbox {
   async exec (opts: ExecOptions): Promise<ExecResult> {
     if (this.#state !== 'running') throw new UsageError(`sandbox ${this.id} is ${this.#state}`)
     const ctx = await resolveExecContext(this.spec.rootfs!, this.spec.config, opts)
-    const argv = joinCgroupArgv(this.cgroup.procsFiles, bwrapArgv(ctx, { merged: this.overlay.merged, hostname: this.opts.hostname, devShmBytes: this.opts.devShmBytes }))
+    const bwrap = bwrapInvocation(ctx, { merged: this.overlay.merged, hostname: this.opts.hostname, devShmBytes: this.opts.devShmBytes })
+    const argv = joinCgroupArgv(this.cgroup.procsFiles, bwrap.argv)
     let pid: number | undefined
     return await runToCompletion({
       argv,
       env: { PATH: RUNTIME_PATH },
-      extraFds: [this.seccomp],
+      extraFds: [this.seccomp, bwrap.argsFd], // fds 3 and 4: SECCOMP_FD, ARGS_FD
       maxOutputBytes: this.opts.maxOutputBytes,
       onSpawn: p => { pid = p },
       // bwrap's monitor dies; --die-with-parent takes the pid namespace's init, and so every process in it, along.
