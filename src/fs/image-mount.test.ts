@@ -307,6 +307,27 @@ t.test('mountImage() cleans a stale mount left by a killed daemon, and refuses a
   t.equal((await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter(l => l.split(' ')[4] === dir).length, 1, 'one mount there, not two')
 })
 
+t.test('mountImage() lets other uids in (allow_other) and the kernel checks modes (default_permissions)', async t => {
+  const image = new MemoryImage()
+  image.addLayer([
+    { path: 'public', type: 'file', mode: 0o644, content: Buffer.from('for everyone') },
+    { path: 'secret', type: 'file', mode: 0o600, content: Buffer.from('root only') },
+    { path: 'mine', type: 'file', mode: 0o600, uid: 65534, gid: 65534, content: Buffer.from('nobody\'s') },
+    { path: 'locked', type: 'dir', mode: 0o700 },
+    { path: 'locked/inner', type: 'file', mode: 0o644, content: Buffer.from('inner') }
+  ], { chunkSize: 4096 })
+  let mount: ImageMount | undefined
+  const dir = mountpointFor(t, () => mount?.unmount())
+  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: () => {} })
+  const asNobody = async (...args: string[]): Promise<{ code: number, stdout: string, stderr: string }> =>
+    await sh('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...args])
+  t.equal((await asNobody('cat', join(dir, 'public'))).stdout, 'for everyone')
+  t.equal((await asNobody('cat', join(dir, 'mine'))).stdout, 'nobody\'s', 'owner access by uid from the image')
+  t.match((await asNobody('cat', join(dir, 'secret'))).stderr, /Permission denied/)
+  t.match((await asNobody('cat', join(dir, 'locked/inner'))).stderr, /Permission denied/)
+  t.equal((await sh('cat', [join(dir, 'secret')])).stdout, 'root only', 'root reads it')
+})
+
 t.test('mountImage() of an image without xattrs answers them as not supported, so the kernel stops asking', async t => {
   const image = new MemoryImage()
   image.addLayer([{ path: 'f', type: 'file', content: Buffer.from('x') }], { chunkSize: 4096 })
