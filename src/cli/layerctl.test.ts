@@ -117,3 +117,11 @@ t.test('layerctl pull and export through the daemon, exact and atomic', async t 
   t.equal(bad.code, 1)
   t.notOk((await readdir(work)).some(f => f.includes('nope')), 'a failed export leaves no file behind')
 })
+
+t.test('layerd stops on SIGTERM, removing its socket and pid file', async t => {
+  const pid = await node.daemonPid()
+  t.ok(pid !== undefined && pid > 0, 'the CLI started a daemon')
+  await node.stopDaemon()
+  t.equal(await node.daemonPid(), undefined, 'pid file removed')
+  t.notOk((await readdir(node.home)).includes('layerd.sock'), 'socket removed')
+})

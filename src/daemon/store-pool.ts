@@ -10,6 +10,13 @@ import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { ObjectStore } from '../store/object-store.js'
 import { openStore } from '../store/open-store.js'
 
+/**
+ * A reader blocked in a FUSE read waits at most about this long for a store
+ * that does not answer before it gets EIO: retries must not turn an outage
+ * into a hang.
+ */
+export const READ_RETRY_DEADLINE_MS = 5_000
+
 export interface StoreLocation { store: string, s3Endpoint?: string }
 export interface PooledStore { store: ObjectStore, fetcher: ChunkFetcher }
 
@@ -28,7 +35,10 @@ export class StorePool {
     const key = `${loc.store} ${loc.s3Endpoint ?? ''}`
     let pooled = this.#stores.get(key)
     if (pooled === undefined) {
-      const store = openStore(loc.store, loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint })
+      const store = openStore(loc.store, {
+        retry: { deadlineMs: READ_RETRY_DEADLINE_MS },
+        ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint })
+      })
       pooled = { store, fetcher: new ChunkFetcher(store, this.#cache, { log: this.#log }) }
       this.#stores.set(key, pooled)
     }
