@@ -24,7 +24,7 @@
 import { execFile } from 'node:child_process'
 import { createRequire } from 'node:module'
 import { constants as osConstants } from 'node:os'
-import { stat, writeFile } from 'node:fs/promises'
+import { readFile, stat, writeFile } from 'node:fs/promises'
 import { promisify } from 'node:util'
 import { UnsupportedError, UsageError, describeError } from '../errors.js'
 
@@ -267,8 +267,8 @@ async function unmountBinding (fuse: BindingInstance): Promise<void> {
 
 /**
  * Detach whatever is mounted at `mountpoint`, lazily (`fusermount -uz`,
- * then `umount -l`). Async. Throws UnsupportedError naming both failures
- * when neither works.
+ * then `umount -l`). Async. Nothing mounted there is not an error. Throws
+ * UnsupportedError naming both failures when neither works.
  */
 export async function lazyUnmount (mountpoint: string, earlier?: Error): Promise<void> {
   const failures: string[] = earlier === undefined ? [] : [describeError(earlier)]
@@ -280,7 +280,30 @@ export async function lazyUnmount (mountpoint: string, earlier?: Error): Promise
       failures.push(`${cmd}: ${describeError(err).trim()}`)
     }
   }
+  if (await mountedFsType(mountpoint) === undefined) return
   throw new UnsupportedError(`cannot unmount ${mountpoint}: ${failures.join('; ')}`)
+}
+
+/**
+ * The type (`fuse.layerd`, `overlay`…) of the filesystem mounted exactly at
+ * `path` (the topmost one), or undefined. Async; reads /proc/self/mountinfo,
+ * so `path` must be absolute and canonical.
+ */
+export async function mountedFsType (path: string): Promise<string | undefined> {
+  const table = await readFile('/proc/self/mountinfo', 'utf8')
+  let found: string | undefined
+  for (const line of table.split('\n')) {
+    const fields = line.split(' ')
+    if (fields.length < 10 || unescapeMountPath(fields[4]!) !== path) continue
+    const dash = fields.indexOf('-', 6)
+    if (dash > 0) found = fields[dash + 1]
+  }
+  return found
+}
+
+/** mountinfo escapes space, tab, newline and backslash as octal. */
+function unescapeMountPath (s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)))
 }
 
 /**

@@ -7,6 +7,7 @@ import { constants as fsConstants } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { StoreUnavailableError } from '../errors.js'
+import { lazyUnmount, mountedFsType } from './fuse-binding.js'
 import { mountImage, type ImageMount, type MountImageOptions } from './image-mount.js'
 import { MemoryChunkReader, type MemoryChunkReaderOptions } from './memory-chunk-reader.js'
 import { MemoryImage, patternBytes, type MemoryEntry } from './memory-image.js'
@@ -343,4 +344,11 @@ t.test('mountImage() refuses a mountpoint that is a regular file', async t => {
   const dir = t.testdir({ file: 'x' })
   await t.rejects(mountImage({ mountpoint: join(dir, 'file'), tocs: [], reader: new MemoryChunkReader({ store: new Map() }), log: () => {} }))
   t.equal((await stat(join(dir, 'file'))).isFile(), true)
+})
+
+t.test('lazyUnmount() of a directory with nothing mounted is not an error; mountedFsType() sees mounts', async t => {
+  const dir = t.testdir()
+  await lazyUnmount(dir)
+  t.equal(await mountedFsType(dir), undefined)
+  t.equal(await mountedFsType('/proc'), 'proc')
 })

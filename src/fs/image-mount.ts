@@ -7,14 +7,14 @@
  *
  * May import: src/errors.ts, src/format/, ./*.
  */
-import { mkdir, readFile, realpath, statfs } from 'node:fs/promises'
+import { mkdir, realpath, statfs } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
 import { UsageError, describeError } from '../errors.js'
 import { mergeLayers } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
 import { ErrnoBoundary } from './errno-boundary.js'
 import { FileReader, type ChunkReader } from './file-reader.js'
-import { lazyUnmount, mountFuse, type FuseMountOptions } from './fuse-binding.js'
+import { lazyUnmount, mountFuse, mountedFsType, type FuseMountOptions } from './fuse-binding.js'
 import { createFuseOps } from './fuse-ops.js'
 import { ImageView } from './image-view.js'
 
@@ -162,22 +162,4 @@ async function prepareMountpoint (mountpoint: string, log: (line: string) => voi
     return canonical
   }
   throw new UsageError(`cannot mount at ${canonical}: a live ${fstype} filesystem is already mounted there`)
-}
-
-/** The type of the filesystem mounted exactly at `path` (topmost), or undefined. */
-async function mountedFsType (path: string): Promise<string | undefined> {
-  const table = await readFile('/proc/self/mountinfo', 'utf8')
-  let found: string | undefined
-  for (const line of table.split('\n')) {
-    const fields = line.split(' ')
-    if (fields.length < 10 || unescapeMountPath(fields[4]!) !== path) continue
-    const dash = fields.indexOf('-', 6)
-    if (dash > 0) found = fields[dash + 1]
-  }
-  return found
-}
-
-/** mountinfo escapes space, tab, newline and backslash as octal. */
-function unescapeMountPath (s: string): string {
-  return s.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)))
 }
