@@ -1,0 +1,137 @@
+/**
+ * Sandbox start latency per tier: N sequential create + exec(`true`) +
+ * destroy from a warm lower, with the breakdown (create = overlay + quota
+ * disk + cgroup; exec = runtime start and the command; destroy = kill,
+ * unmount, remove), and the writable layer's own set-up/teardown cost per
+ * quota kind.
+ *
+ *   node dist/bench/tier-start.js [--runs N] [--cases process,container,container-crun]
+ *                                 [--quota loop-ext4|tmpfs] [--overlay-runs N] [--json OUT]
+ *
+ * Table-driven: a tier is one row of TIER_CASES (the VM tiers add theirs,
+ * with their own default run count). The lower is the Debian base fixture's
+ * rootfs directory (page cache warm after the first run). Prints a Markdown
+ * table and the command; writes JSON (default bench/results/tier-start.json).
+ *
+ * Bench-only: may import anything.
+ */
+import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises'
+import { cpus, loadavg } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { ensureDebianImages } from '../fixtures/debian-images.js'
+import { ContainerTierDriver } from '../src/runtime/container/container-driver.js'
+import { unmountAllUnder } from '../src/runtime/overlay/mount-table.js'
+import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind } from '../src/runtime/overlay/sandbox-overlay.js'
+import { ProcessTierDriver } from '../src/runtime/process/process-driver.js'
+import { DEFAULT_LIMITS, type SandboxSpec, type TierDriver } from '../src/runtime/sandbox.js'
+
+const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
+const WARMUP_RUNS = 3
+
+interface TierCase {
+  name: string
+  /** Sequential starts measured unless --runs says otherwise. */
+  defaultRuns: number
+  make: (quota: QuotaKind) => TierDriver
+  /** What the case needs from the image: the merged rootfs dir or a block view. */
+  input: 'rootfs' | 'blockView'
+}
+
+const TIER_CASES: TierCase[] = [
+  { name: 'process', defaultRuns: 100, input: 'rootfs', make: quota => new ProcessTierDriver({ quota }) },
+  { name: 'container', defaultRuns: 100, input: 'rootfs', make: quota => new ContainerTierDriver({ runtime: 'runc', quota }) },
+  { name: 'container-crun', defaultRuns: 100, input: 'rootfs', make: quota => new ContainerTierDriver({ runtime: 'crun', quota }) }
+]
+
+interface Stats { p50: number, p99: number, mean: number, max: number }
+function stats (xs: number[]): Stats {
+  const s = [...xs].sort((a, b) => a - b)
+  const at = (q: number): number => s[Math.min(s.length - 1, Math.floor(q * s.length))]!
+  return { p50: at(0.5), p99: at(0.99), mean: s.reduce((a, b) => a + b, 0) / s.length, max: s[s.length - 1]! }
+}
+const ms = (x: number): string => x.toFixed(1)
+
+function parseArgs (): { runs?: number, cases: string[], quota: QuotaKind, overlayRuns: number, json: string } {
+  const a = process.argv.slice(2)
+  const get = (k: string): string | undefined => { const i = a.indexOf(k); return i >= 0 ? a[i + 1] : undefined }
+  const runs = get('--runs')
+  return {
+    ...(runs !== undefined ? { runs: Number(runs) } : {}),
+    cases: (get('--cases') ?? 'process,container').split(','),
+    quota: (get('--quota') ?? 'loop-ext4') as QuotaKind,
+    overlayRuns: Number(get('--overlay-runs') ?? 30),
+    json: get('--json') ?? join(REPO_ROOT, 'bench/results/tier-start.json')
+  }
+}
+
+async function main (): Promise<void> {
+  const opt = parseArgs()
+  const command = `node dist/bench/tier-start.js ${process.argv.slice(2).join(' ')}`.trim()
+  const images = await ensureDebianImages()
+  const lower = images.images.base.rootfs
+  const work = await mkdtemp('/var/tmp/layerd-tier-start-')
+  const load = loadavg()[0]!
+  const results: Record<string, unknown> = {}
+  const lines = ['| case | runs | total p50 | total p99 | create p50 | exec(true) p50 | destroy p50 |', '|---|---|---|---|---|---|---|']
+  try {
+    for (const c of TIER_CASES.filter(x => opt.cases.includes(x.name))) {
+      const driver = c.make(opt.quota)
+      const why = await driver.unavailableReason()
+      if (why !== undefined) { lines.push(`| ${c.name} | – | unavailable: ${why} | | | | |`); continue }
+      if (c.input !== 'rootfs') { lines.push(`| ${c.name} | – | needs a block view (not wired here) | | | | |`); continue }
+      const runs = opt.runs ?? c.defaultRuns
+      const t = { create: [] as number[], exec: [] as number[], destroy: [] as number[], total: [] as number[] }
+      for (let i = 0; i < WARMUP_RUNS + runs; i++) {
+        const id = `bench-${c.name}-${i}`
+        const spec: SandboxSpec = { id, imageName: 'debian:base', config: {}, rootfs: lower, stateDir: join(work, id), limits: { ...DEFAULT_LIMITS } }
+        const t0 = performance.now()
+        const sb = await driver.create(spec)
+        const t1 = performance.now()
+        const r = await sb.exec({ cmd: ['true'] })
+        const t2 = performance.now()
+        await sb.destroy()
+        const t3 = performance.now()
+        if (r.exitCode !== 0) throw new Error(`${c.name}: true exited ${r.exitCode}: ${r.stderr.toString()}`)
+        if (i < WARMUP_RUNS) continue
+        t.create.push(t1 - t0); t.exec.push(t2 - t1); t.destroy.push(t3 - t2); t.total.push(t3 - t0)
+      }
+      const s = { create: stats(t.create), exec: stats(t.exec), destroy: stats(t.destroy), total: stats(t.total) }
+      results[c.name] = { runs, quota: opt.quota, ...s }
+      lines.push(`| ${c.name} | ${runs} | ${ms(s.total.p50)} | ${ms(s.total.p99)} | ${ms(s.create.p50)} | ${ms(s.exec.p50)} | ${ms(s.destroy.p50)} |`)
+    }
+
+    const overlayLines = ['| writable layer | runs | set-up p50 | set-up p99 | teardown p50 | teardown p99 |', '|---|---|---|---|---|---|']
+    const overlay: Record<string, unknown> = {}
+    for (const quota of ['loop-ext4', 'tmpfs'] as QuotaKind[]) {
+      const up: number[] = []; const down: number[] = []
+      for (let i = 0; i < opt.overlayRuns; i++) {
+        const dir = join(work, `overlay-${quota}-${i}`)
+        await mkdir(dir)
+        const t0 = performance.now()
+        await mountSandboxOverlay({ lower, stateDir: dir, diskBytes: DEFAULT_LIMITS.diskBytes, quota })
+        const t1 = performance.now()
+        await removeSandboxOverlay(dir)
+        up.push(t1 - t0); down.push(performance.now() - t1)
+      }
+      const s = { setup: stats(up), teardown: stats(down) }
+      overlay[quota] = { runs: opt.overlayRuns, diskBytes: DEFAULT_LIMITS.diskBytes, ...s }
+      overlayLines.push(`| ${quota} (1 GiB) | ${opt.overlayRuns} | ${ms(s.setup.p50)} | ${ms(s.setup.p99)} | ${ms(s.teardown.p50)} | ${ms(s.teardown.p99)} |`)
+    }
+    results.writableLayer = overlay
+
+    process.stdout.write(`${lines.join('\n')}\n\n${overlayLines.join('\n')}\n\n` +
+      `Times in ms. Quota kind for the tiers: ${opt.quota}. 1-minute load average at start: ${load.toFixed(2)} (${cpus().length} CPUs).\n` +
+      `Command: ${command}\n`)
+    await mkdir(dirname(opt.json), { recursive: true })
+    await writeFile(opt.json, JSON.stringify({ command, date: new Date().toISOString(), loadAverage1m: load, lower, results }, null, 2) + '\n')
+  } finally {
+    await unmountAllUnder(work) // a failed run may leave mounts; never rm into them
+    await rm(work, { recursive: true, force: true })
+  }
+}
+
+main().catch(err => {
+  process.stderr.write(`tier-start: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`)
+  process.exit(1)
+})
