@@ -151,7 +151,7 @@ export async function tierSuite (t: Test, driver: TierDriver, opts: TierSuiteOpt
       t.notOk((await readdir(root)).includes('escape'), 'nothing written outside')
     })
 
-    t.test(`${driver.tier}: the pids limit stops a fork bomb and a timeout kills the whole tree`, async t => {
+    t.test(`${driver.tier}: pids and memory limits stop a fork bomb and a memory hog, and a timeout kills the whole tree`, async t => {
       const sb = await create(t, base, {}, { pids: 24 })
       const bounded = await run(sb, 'i=0; while [ $i -lt 100 ]; do sleep 30 & i=$((i+1)); done; echo started', { timeoutMs: 30_000 })
       t.equal(bounded.timedOut, false)
@@ -160,6 +160,11 @@ export async function tierSuite (t: Test, driver: TierDriver, opts: TierSuiteOpt
       const bomb = await run(sb, 'b() { b | b & }; b; sleep 60', { timeoutMs: 2000 })
       t.equal(bomb.timedOut, true)
       t.ok(performance.now() - started < 15_000, 'the bomb is killed within the bound')
+      const hog = await create(t, base, {}, { memoryBytes: 96 * MIB })
+      // tail keeps a newline-free stream in memory: 600 MiB against a 96 MiB limit.
+      const m = await run(hog, 'head -c 600M /dev/zero | tail -n 1 > /dev/null; echo "rc=$?"', { timeoutMs: 60_000 })
+      t.equal(m.timedOut, false)
+      t.match(m.stdout.toString(), /rc=(137|1)/, 'the memory hog is killed by the memory limit')
       const after = await run(sb, 'echo alive', { timeoutMs: 10_000 })
       t.equal(after.stdout.toString(), 'alive\n', 'the sandbox works after the bomb is gone')
     })
