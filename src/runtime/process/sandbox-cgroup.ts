@@ -68,6 +68,15 @@ export class SandboxCgroup {
     return new SandboxCgroup(dirs, root, join(parent, name))
   }
 
+  /**
+   * The group of a sandbox created earlier (by a layerd that crashed, say),
+   * for `killAll`/`remove` during garbage collection. Sync; nothing is
+   * checked or created.
+   */
+  static open (name: string, parent = 'layerd', root = CGROUP_V1_ROOT): SandboxCgroup {
+    return new SandboxCgroup(CONTROLLERS.map(c => join(root, c, parent, name)), root, join(parent, name))
+  }
+
   /** The cgroup.procs files a process writes its pid to in order to join. */
   get procsFiles (): string[] { return this.dirs.map(d => join(d, 'cgroup.procs')) }
 
