@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
-import { resolveSettings } from '../src/cli/settings.js'
+import { resolveSettings } from '../src/state/settings.js'
 
 const LAYERCTL = fileURLToPath(new URL('./layerctl.js', import.meta.url))
 

@@ -11,7 +11,7 @@
 import { parseArgs } from 'node:util'
 import { describeError } from '../src/errors.js'
 import { parseSize } from '../src/cli/human-units.js'
-import { resolveSettings } from '../src/cli/settings.js'
+import { resolveSettings } from '../src/state/settings.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 

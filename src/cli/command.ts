@@ -3,7 +3,7 @@
  * thin: they parse their arguments, call into src/, and print.
  */
 import type { ParseArgsConfig } from 'node:util'
-import type { Settings } from './settings.js'
+import type { Settings } from '../state/settings.js'
 import type { ObjectStore } from '../store/object-store.js'
 import type { NodeDb } from '../state/node-db.js'
 
@@ -39,6 +39,8 @@ export interface Command {
   /** `layerctl NAME …` synopsis. */
   usage: string
   options: OptionSpec
+  /** Exit code when the command fails for its own reasons; default 1 (2 for usage errors). */
+  failureExitCode?: number
   /** Exit code: 0 (or undefined) on success. Throw LayerdErrors for failures. */
   run: (ctx: CommandContext, args: CommandArgs) => Promise<number | undefined>
 }

@@ -11,7 +11,7 @@ import type { ObjectStore } from '../store/object-store.js'
 import { openNodeDb, type NodeDb } from '../state/node-db.js'
 import type { Command, CommandContext, OptionSpec } from './command.js'
 import { commands } from './commands/index.js'
-import { resolveSettings } from './settings.js'
+import { resolveSettings } from '../state/settings.js'
 
 export const EXIT_OK = 0
 export const EXIT_FAILURE = 1
@@ -91,7 +91,7 @@ export async function main (argv: string[], io: MainIo = defaultIo): Promise<num
   } catch (err) {
     io.stderr(`layerctl ${name}: ${describeError(err)}`)
     if (debug && err instanceof Error) io.stderr(err.stack ?? '')
-    return err instanceof UsageError ? EXIT_USAGE : EXIT_FAILURE
+    return command.failureExitCode ?? (err instanceof UsageError ? EXIT_USAGE : EXIT_FAILURE)
   } finally {
     for (const fn of deferred.reverse()) {
       try { await fn() } catch (err) { if (debug) io.stderr(`layerctl: while closing: ${describeError(err)}`) }

@@ -21,6 +21,8 @@ import { ControlServer } from './control-server.js'
 import { pidFilePath, socketPath } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
+import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
+import { SandboxRegistry } from '../runtime/sandbox-registry.js'
 
 export interface DaemonConfig {
   home: string
@@ -66,9 +68,11 @@ export class LayerdDaemon {
       this.#db = openNodeDb(home)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
-      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log)
+      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'))
       const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
+      const orphans = await removeOrphanedSandboxes(this.#db, log)
+      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
@@ -99,6 +103,7 @@ export class LayerdDaemon {
       mount: async p => await mounts.mount(p),
       umount: async (p: { mountpoint: string }) => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
+      image: async p => await mounts.shared(p),
       stats: async (p: { mountpoint?: string }) => p.mountpoint === undefined
         ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
@@ -166,4 +171,14 @@ export class LayerdDaemon {
 
 function isAlive (pid: number): boolean {
   try { process.kill(pid, 0); return true } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' }
+}
+
+/** Sandboxes whose owning process is gone and that were not kept. Never throws. */
+async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<number> {
+  const registry = new SandboxRegistry(db)
+  let removed = 0
+  for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
+    try { await cleanupSandbox(r); registry.remove(r.id); removed++ } catch (err) { log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
+  }
+  return removed
 }

@@ -7,11 +7,12 @@
  *
  * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/, this folder.
  */
-import { resolve } from 'node:path'
+import { join, resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'
 import { digestHex } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
 import { resolveChunk, type ChunkRef } from '../format/toc.js'
+import type { OciImageConfig } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
 import { mountImage, type ImageMount, type ImageMountStats } from '../fs/image-mount.js'
@@ -22,6 +23,9 @@ import { MountChunkReader } from './mount-chunk-reader.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
+
+/** What a sandbox needs to run an image: its read-only root and its config. */
+export interface SharedImage { mountpoint: string, manifest: string, config: OciImageConfig, mountMs: number }
 
 export interface MountInfo {
   mountpoint: string
@@ -49,8 +53,12 @@ export class MountManager {
   readonly #stores: StorePool
   readonly #log: (line: string) => void
   readonly #mounts = new Map<string, Mounted>()
+  readonly #sharedDir: string
+  readonly #sharing = new Map<string, Promise<SharedImage>>()
 
-  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void) {
+  /** `sharedDir`: where images mounted for sandboxes live, one directory per manifest. */
+  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string) {
+    this.#sharedDir = sharedDir
     this.#db = db
     this.#cache = cache
     this.#stores = stores
@@ -86,6 +94,28 @@ export class MountManager {
       this.#cache.unpin(pins)
       throw err
     }
+  }
+
+  /**
+   * The image mounted read-only for sandboxes, at `<sharedDir>/<manifest hex>`,
+   * mounting it on first use. Shared by every sandbox of that manifest and
+   * kept until the daemon stops (a warm mount is what makes a start fast).
+   * Concurrent calls for one image mount it once. Async.
+   */
+  async shared (req: StoreLocation & { image: string }): Promise<SharedImage> {
+    const { store } = this.#stores.get(req)
+    const image = await loadImage(store, req.image, { cache: this.#cache })
+    const mountpoint = join(this.#sharedDir, digestHex(image.digest))
+    const existing = this.#mounts.get(mountpoint)
+    if (existing !== undefined) return { mountpoint, manifest: image.digest, config: existing.image.manifest.config, mountMs: 0 }
+    let pending = this.#sharing.get(mountpoint)
+    if (pending === undefined) {
+      pending = this.mount({ ...req, image: image.digest, mountpoint })
+        .then(info => { this.#mounts.get(mountpoint)!.info.image = req.image; return { mountpoint, manifest: image.digest, config: image.manifest.config, mountMs: info.mountMs } })
+        .finally(() => this.#sharing.delete(mountpoint))
+      this.#sharing.set(mountpoint, pending)
+    }
+    return await pending
   }
 
   /** Unmount. Async. Throws NotFoundError when `mountpoint` is not a layerd mount. */

@@ -25,6 +25,7 @@ import { DEFAULT_CHUNKING, type ChunkingStrategy } from './chunking-strategy.js'
 import { writeLayer, type LayerWriteStats, type PushSession } from './layer-writer.js'
 import { encodeManifestObject, encodeTocObject } from './metadata-objects.js'
 import { updateRef } from './refs.js'
+import type { LoadedImage } from './load-image.js'
 import { openImageSource } from './sources/open-image-source.js'
 import type { ImageSource, OpenImageSourceOptions } from './sources/image-source.js'
 
@@ -44,6 +45,11 @@ export interface PushOptions extends OpenImageSourceOptions {
   workers?: number
   packBytes?: number
   progress?: PushProgress
+  /**
+   * Put the pushed layers on top of this image (commit): its layers and
+   * config are kept, a history entry is added, and `base` records it.
+   */
+  onto?: { image: LoadedImage, name: string, createdBy: string }
 }
 
 export interface PushedLayer extends LayerWriteStats {
@@ -105,18 +111,25 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
   } finally {
     await encoder.close()
   }
-  const conflicts = mergeLayers(tocs).conflicts
+  const base = opts.onto?.image
+  const conflicts = mergeLayers([...(base?.tocs ?? []), ...tocs]).conflicts
   if (conflicts.length > 0) {
     const c = conflicts[0]!
     throw new BadInputError(`cannot push ${source.name}: layer ${c.layer + 1} entry ${JSON.stringify(c.path)}: ${c.reason}` +
       (conflicts.length > 1 ? ` (and ${conflicts.length - 1} more)` : ''))
   }
+  const pushedLayers = layers.map((l): LayerDescriptor => ({
+    digest: l.digest, diffId: l.diffId, size: l.plainBytes, storedBytes: l.storedBytes, entries: l.entries
+  }))
+  const allLayers = [...(base?.manifest.layers ?? []), ...pushedLayers]
+  const config = base === undefined
+    ? source.config
+    : { ...base.manifest.config, history: [...(base.manifest.config.history ?? []), { created: new Date().toISOString(), created_by: opts.onto!.createdBy }] }
   const manifest: ImageManifest = {
     mediaType: MANIFEST_MEDIA_TYPE,
-    layers: layers.map((l): LayerDescriptor => ({
-      digest: l.digest, diffId: l.diffId, size: l.plainBytes, storedBytes: l.storedBytes, entries: l.entries
-    })),
-    config: withDiffIds(source.config, layers.map(l => l.diffId))
+    layers: allLayers,
+    config: withDiffIds(config, allLayers.map(l => l.diffId)),
+    ...(base === undefined ? {} : { base: { ref: opts.onto!.name, manifest: base.digest, layers: base.manifest.layers.length } })
   }
   const object = encodeManifestObject(manifest)
   await store.put(manifestKey(digestHex(object.digest)), object.bytes)

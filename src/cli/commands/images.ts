@@ -4,6 +4,7 @@ import { shortDigest } from '../../format/digest.js'
 import { formatRef, parseRef } from '../../format/ref.js'
 import { deleteRef, listRefs, readRef, resolveRef, updateRef } from '../../image/refs.js'
 import type { Command } from '../command.js'
+import { isSandboxId, removeSandboxes } from './sandboxes.js'
 
 export const imagesCommand: Command = {
   name: 'images',
@@ -61,12 +62,13 @@ export const historyCommand: Command = {
 
 export const rmCommand: Command = {
   name: 'rm',
-  summary: 'remove image refs (NAME:TAG); their objects stay in the store',
-  usage: 'layerctl rm NAME:TAG…',
+  summary: 'remove sandboxes (by id) and image refs (NAME:TAG; their objects stay in the store)',
+  usage: 'layerctl rm SANDBOX|NAME:TAG…',
   options: {},
   async run (ctx, { positionals }) {
-    if (positionals.length === 0) throw new UsageError(`rm takes at least one NAME:TAG; usage: ${this.usage}`)
-    const refs = positionals.map(parseRef)
+    if (positionals.length === 0) throw new UsageError(`rm takes sandbox ids or NAME:TAGs; usage: ${this.usage}`)
+    await removeSandboxes(ctx, positionals.filter(isSandboxId))
+    const refs = positionals.filter(p => !isSandboxId(p)).map(parseRef)
     for (const ref of refs) {
       await deleteRef(ctx.store(), ref)
       if (!ctx.json) ctx.out(`removed ${formatRef(ref)}`)

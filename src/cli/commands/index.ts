@@ -5,6 +5,7 @@ import { inspectCommand, rebaseCommand } from './inspect.js'
 import { mountCommand, mountsCommand, prefetchCommand, statsCommand, umountCommand } from './mounts.js'
 import { exportCommand, pullCommand } from './pull.js'
 import { pushCommand } from './push.js'
+import { commitCommand, gcCommand, psCommand, runCommand } from './sandboxes.js'
 
 export const commands: Command[] = [
   pushCommand,
@@ -20,5 +21,9 @@ export const commands: Command[] = [
   umountCommand,
   mountsCommand,
   statsCommand,
-  prefetchCommand
+  prefetchCommand,
+  runCommand,
+  psCommand,
+  commitCommand,
+  gcCommand
 ]

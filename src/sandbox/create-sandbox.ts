@@ -1,0 +1,110 @@
+/**
+ * The library API: `createSandbox({ image, tier, limits })` → a Sandbox with
+ * exec, stop and destroy, on any tier, from any image in the store.
+ *
+ * The node's layerd mounts the image once (shared, read-only, lazily
+ * fetched); the tier driver gives the sandbox its own writable layer and
+ * isolation. Every sandbox is recorded in the node database before it is
+ * created, so one whose owner crashes is found and cleaned later.
+ *
+ * May import: everything below it (daemon client, runtime, state).
+ */
+import { randomBytes } from 'node:crypto'
+import { mkdir } from 'node:fs/promises'
+import { join } from 'node:path'
+import { UnsupportedError } from '../errors.js'
+import type { OciImageConfig } from '../format/manifest.js'
+import { connectDaemon } from '../daemon/daemon-launcher.js'
+import type { SharedImage } from '../daemon/mount-manager.js'
+import { overlayPaths } from '../runtime/overlay/sandbox-overlay.js'
+import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
+import { SandboxRegistry, type SandboxRecord } from '../runtime/sandbox-registry.js'
+import { DEFAULT_LIMITS, type Sandbox, type SandboxLimits, type Tier } from '../runtime/sandbox.js'
+import { openNodeDb } from '../state/node-db.js'
+import { resolveSettings } from '../state/settings.js'
+import { driverFor, type DriverOptions } from './tier-drivers.js'
+
+export interface CreateSandboxOptions extends DriverOptions {
+  /** NAME:TAG or a manifest digest. */
+  image: string
+  tier: Tier
+  limits?: Partial<SandboxLimits>
+  /** Node and store; default from LAYERD_HOME / LAYERD_STORE / LAYERD_S3_ENDPOINT. */
+  home?: string
+  store?: string
+  s3Endpoint?: string
+  /** Keep the sandbox (for commit, ps) after this process ends. */
+  keep?: boolean
+}
+
+export interface ManagedSandbox extends Sandbox {
+  readonly image: string
+  readonly manifest: string
+  readonly config: OciImageConfig
+  readonly stateDir: string
+  /** The writable layer's directory (process and container tiers), for commit. */
+  readonly upperDir?: string
+  /** Milliseconds spent making the image available (0 when already mounted). */
+  readonly imageMs: number
+}
+
+/** Create a sandbox. Async. Throws NotFoundError for an unknown image, UnsupportedError for a tier this host cannot run. */
+export async function createSandbox (opts: CreateSandboxOptions): Promise<ManagedSandbox> {
+  const settings = resolveSettings({
+    ...(opts.home === undefined ? {} : { home: opts.home }),
+    ...(opts.store === undefined ? {} : { store: opts.store }),
+    ...(opts.s3Endpoint === undefined ? {} : { 's3-endpoint': opts.s3Endpoint })
+  })
+  const driver = driverFor(opts.tier, opts)
+  const why = await driver.unavailableReason()
+  if (why !== undefined) throw new UnsupportedError(`cannot create a ${opts.tier} sandbox: ${why}`)
+  const daemon = await connectDaemon({ home: settings.home })
+  let shared: SharedImage
+  try {
+    shared = await daemon.call<SharedImage>('image', { image: opts.image, store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) })
+  } finally {
+    daemon.close()
+  }
+  const id = `sb-${randomBytes(6).toString('hex')}`
+  const stateDir = join(settings.home, 'sandboxes', id)
+  await mkdir(stateDir, { recursive: true, mode: 0o700 })
+  const db = openNodeDb(settings.home)
+  const registry = new SandboxRegistry(db)
+  const record: SandboxRecord = {
+    id, tier: opts.tier, image: opts.image, manifest: shared.manifest, stateDir,
+    createdAt: new Date().toISOString(), ownerPid: process.pid, keep: opts.keep === true
+  }
+  registry.add(record)
+  const limits = { ...DEFAULT_LIMITS, ...opts.limits }
+  let inner: Sandbox
+  try {
+    inner = await driver.create({ id, imageName: opts.image, config: shared.config, rootfs: shared.mountpoint, stateDir, limits })
+  } catch (err) {
+    await cleanupSandbox(record).catch(() => {})
+    registry.remove(id)
+    db.close()
+    throw err
+  }
+  let destroyed: Promise<void> | undefined
+  return {
+    id,
+    tier: opts.tier,
+    image: opts.image,
+    manifest: shared.manifest,
+    config: shared.config,
+    stateDir,
+    imageMs: shared.mountMs,
+    ...(opts.tier === 'process' || opts.tier === 'container' ? { upperDir: overlayPaths(stateDir).upperDir } : {}),
+    exec: async o => await inner.exec(o),
+    stop: async () => { await inner.stop() },
+    destroy: async () => {
+      destroyed ??= (async () => {
+        await inner.destroy()
+        await cleanupSandbox(record)
+        registry.remove(id)
+        db.close()
+      })()
+      await destroyed
+    }
+  }
+}

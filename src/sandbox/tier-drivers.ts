@@ -1,0 +1,38 @@
+/**
+ * The driver for each tier, made once per process (drivers hold compiled
+ * seccomp filters and probe the host once).
+ *
+ * May import: src/runtime/.
+ */
+import { UsageError } from '../errors.js'
+import { ContainerTierDriver } from '../runtime/container/container-driver.js'
+import type { OciRuntimeName } from '../runtime/container/oci-runtime.js'
+import { ProcessTierDriver } from '../runtime/process/process-driver.js'
+import { TIERS, type Tier, type TierDriver } from '../runtime/sandbox.js'
+import { vmTierDriver } from './vm-tier-driver.js'
+
+export interface DriverOptions {
+  /** OCI runtime for the container tier. Default runc. */
+  runtime?: OciRuntimeName
+}
+
+const drivers = new Map<string, TierDriver>()
+
+export function parseTier (s: string): Tier {
+  if (!(TIERS as readonly string[]).includes(s)) throw new UsageError(`unknown tier ${JSON.stringify(s)}: use ${TIERS.join(', ')}`)
+  return s as Tier
+}
+
+export function driverFor (tier: Tier, opts: DriverOptions = {}): TierDriver {
+  const key = `${tier}/${opts.runtime ?? ''}`
+  let d = drivers.get(key)
+  if (d === undefined) {
+    switch (tier) {
+      case 'process': d = new ProcessTierDriver(); break
+      case 'container': d = new ContainerTierDriver({ runtime: opts.runtime ?? 'runc' }); break
+      case 'microvm': case 'vm': d = vmTierDriver(tier); break
+    }
+    drivers.set(key, d)
+  }
+  return d
+}
