@@ -1,0 +1,192 @@
+/**
+ * Warm read and metadata (issue 3): the whole python image tree through a
+ * layerd mount with a warm chunk cache, against squashfuse_ll and kernel
+ * squashfs over a squashfs image of the same tree, in one run, interleaved.
+ *
+ *   node dist/bench/warm-read.js [--reps N] [--comp zstd|gzip] [--work DIR] [--out DIR]
+ *
+ * Set-up (not timed): python-v1's OCI layout pushed into a node's fs store,
+ * mounted, `layerctl pull --all` (every chunk in the lmdb cache);
+ * `mksquashfs ROOTFS img.sqfs -comp zstd` (mksquashfs defaults otherwise:
+ * 128 KiB blocks) of python-v1's merged tree.
+ * Workloads, per system and repetition:
+ * - read: `tar -cf - -C MOUNT . | wc -c`
+ * - metadata: `find MOUNT -ls > /dev/null`
+ * each "cold" (everything reopened, then the page cache, dentries and
+ * inodes dropped: layerd's daemon is restarted and the image remounted, so
+ * its lmdb map is not resident; squashfuse_ll and the loop mount are
+ * remounted) and then "hot" (the same command again at once).
+ * Reports medians and the ratios to squashfuse_ll, and checks that every
+ * system produced the same tar byte count.
+ *
+ * Bench-only: may import anything.
+ */
+import { mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import { ensureDebianImages } from '../fixtures/debian-images.js'
+import { layerdNode, type LayerdNode } from '../fixtures/layerd-harness.js'
+import { arg, dropPageCaches, fmt, markdownTable, MB, median, residentBytes, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+
+const REPS = Number(arg('reps', '5'))
+const COMP = arg('comp', 'zstd')
+const IMAGE = 'bench/python:v1'
+
+/** A mounted system under test that can be reopened cold. */
+interface System {
+  name: string
+  mnt: string
+  /** Unmount and mount again (restarting whatever serves it), then drop the page cache. */
+  reopenCold: () => Promise<void>
+  close: () => Promise<void>
+}
+
+interface Sample { workload: string, variant: 'cold' | 'hot', seconds: number, tarBytes?: number }
+
+async function ok (node: LayerdNode, ...args: string[]): Promise<string> {
+  const r = await node.layerctl(...args)
+  if (r.code !== 0) throw new Error(`layerctl ${args.join(' ')} failed: ${r.stderr.trim()}`)
+  return r.stdout
+}
+
+async function layerdSystem (work: string, ociLayout: string): Promise<System & { node: LayerdNode, lmdbResidentAfterDrop: number[], fetchedBytes: number[] }> {
+  const node = layerdNode(join(work, 'layerd-home'))
+  const mnt = join(work, 'mnt-layerd')
+  await mkdir(mnt, { recursive: true })
+  await ok(node, 'push', ociLayout, IMAGE)
+  await node.startDaemon()
+  await ok(node, 'mount', IMAGE, mnt)
+  await ok(node, 'pull', IMAGE, '--all')
+  const lmdbFile = join(node.home, 'cache', 'data.mdb')
+  const sys = {
+    name: 'layerd',
+    mnt,
+    node,
+    lmdbResidentAfterDrop: [] as number[],
+    fetchedBytes: [] as number[],
+    reopenCold: async () => {
+      const stats = JSON.parse(await ok(node, 'stats', mnt, '--json')) as { fetchedBytes: number }
+      sys.fetchedBytes.push(stats.fetchedBytes)
+      await node.stopDaemon() // SIGTERM unmounts; the lmdb map goes with the process
+      await node.startDaemon()
+      await ok(node, 'mount', IMAGE, mnt)
+      await dropPageCaches()
+      sys.lmdbResidentAfterDrop.push(await residentBytes(lmdbFile).catch(() => NaN))
+    },
+    close: async () => {
+      const stats = JSON.parse(await ok(node, 'stats', mnt, '--json')) as { fetchedBytes: number }
+      sys.fetchedBytes.push(stats.fetchedBytes)
+      await node.stopDaemon()
+    }
+  }
+  return sys
+}
+
+function squashSystem (name: string, mnt: string, mountCmd: string): System {
+  return {
+    name,
+    mnt,
+    reopenCold: async () => {
+      await timeShell(`umount ${shq(mnt)}`)
+      await timeShell(mountCmd)
+      await dropPageCaches()
+    },
+    close: async () => { await timeShell(`umount ${shq(mnt)}`) }
+  }
+}
+
+async function main (): Promise<void> {
+  const imgs = await ensureDebianImages()
+  const py = imgs.images['python-v1']
+  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-warm-'))
+  const command = `node dist/bench/warm-read.js --reps ${REPS} --comp ${COMP}`
+  console.error(`${command}\n  work dir ${work}`)
+  const load = startLoadSampler()
+  const systems: System[] = []
+  try {
+    const sqfs = join(work, 'img.sqfs')
+    const mksquashfs = `mksquashfs ${shq(py.rootfs)} ${shq(sqfs)} -comp ${COMP} -noappend -quiet`
+    await timeShell(mksquashfs)
+    const sqfsBytes = Number((await timeShell(`stat -c %s ${shq(sqfs)}`)).stdout.trim())
+    const layerd = await layerdSystem(work, py.ociLayout)
+    systems.push(layerd)
+    const fuseMnt = join(work, 'mnt-squashfuse')
+    const kernMnt = join(work, 'mnt-kernel')
+    await mkdir(fuseMnt)
+    await mkdir(kernMnt)
+    const fuseMount = `squashfuse_ll ${shq(sqfs)} ${shq(fuseMnt)}`
+    const kernMount = `mount -t squashfs -o loop,ro ${shq(sqfs)} ${shq(kernMnt)}`
+    await timeShell(fuseMount)
+    systems.push(squashSystem('squashfuse_ll', fuseMnt, fuseMount))
+    await timeShell(kernMount)
+    systems.push(squashSystem('kernel squashfs', kernMnt, kernMount))
+
+    const workloads = [
+      { name: 'read', script: (m: string) => `tar -cf - -C ${shq(m)} . | wc -c` },
+      { name: 'metadata', script: (m: string) => `find ${shq(m)} -ls > /dev/null` }
+    ]
+    // One contender per system × workload; each repetition measures cold, then hot.
+    const contenders = systems.flatMap(sys => workloads.map(w => ({
+      name: `${sys.name} ${w.name}`,
+      run: async (): Promise<Sample[]> => {
+        const out: Sample[] = []
+        await sys.reopenCold()
+        for (const variant of ['cold', 'hot'] as const) {
+          const t = await timeShell(w.script(sys.mnt))
+          out.push({ workload: w.name, variant, seconds: t.seconds, ...(w.name === 'read' ? { tarBytes: Number(t.stdout.trim()) } : {}) })
+        }
+        return out
+      }
+    })))
+    const samples = await runInterleaved(REPS, contenders, ss => ss.map(s => `${s.variant} ${fmt(s.seconds)} s`).join(', '))
+    for (const sys of systems) await sys.close()
+    systems.length = 0
+
+    const secs = (system: string, workload: string, variant: string): number =>
+      median(samples.get(`${system} ${workload}`)!.flat().filter(s => s.variant === variant).map(s => s.seconds))
+    const tarBytes = new Set([...samples.entries()].filter(([k]) => k.endsWith(' read')).flatMap(([, v]) => v.flat().map(s => s.tarBytes)))
+    const figures: Record<string, Record<string, number>> = {}
+    const tables: string[] = []
+    for (const w of workloads) {
+      const rows: string[][] = []
+      for (const name of ['layerd', 'squashfuse_ll', 'kernel squashfs']) {
+        const cold = secs(name, w.name, 'cold')
+        const hot = secs(name, w.name, 'hot')
+        figures[`${name} ${w.name}`] = { cold, hot }
+        const refCold = secs('squashfuse_ll', w.name, 'cold')
+        const refHot = secs('squashfuse_ll', w.name, 'hot')
+        const mbps = (s: number): string => w.name === 'read' ? ` (${fmt([...tarBytes][0]! / MB / s, 0)} MB/s)` : ''
+        rows.push([name, `${fmt(cold)}${mbps(cold)}`, fmt(cold / refCold), `${fmt(hot)}${mbps(hot)}`, fmt(hot / refHot)])
+      }
+      const title = w.name === 'read' ? '`tar -cf - -C MOUNT . | wc -c` (whole tree)' : '`find MOUNT -ls > /dev/null`'
+      tables.push(`#### ${title}\n\n${markdownTable(['system', 'cold page cache s', '/ squashfuse_ll', 'hot s', '/ squashfuse_ll'], rows)}`)
+    }
+    const ratio = (w: string, v: string): number => figures[`layerd ${w}`]![v]! / figures[`squashfuse_ll ${w}`]![v]!
+    const ratios = { readCold: ratio('read', 'cold'), readHot: ratio('read', 'hot'), metadataCold: ratio('metadata', 'cold'), metadataHot: ratio('metadata', 'hot') }
+    const markdown = [
+      `Tree: python-v1 (pushed as its 2-layer OCI layout; layerd serves the merged view). squashfs: \`mksquashfs ROOTFS img.sqfs -comp ${COMP} -noappend\` ` +
+        `(${fmt(sqfsBytes / MB)} MB, 128 KiB blocks), built once outside the timing. layerd's cache warmed by \`layerctl pull --all\`. ` +
+        `Medians of ${REPS} interleaved repetitions. Cold: daemon restarted / FUSE and loop mounts remounted, then \`echo 3 > drop_caches\`; hot: the same command again at once.`,
+      '',
+      ...tables.flatMap(t => [t, '']),
+      `Target (issue 3): layerd within 1.5x of squashfuse_ll on the warm read → **${fmt(ratios.readCold)}x** with a cold page cache, **${fmt(ratios.readHot)}x** hot. ` +
+        `Metadata: ${fmt(ratios.metadataCold)}x cold, ${fmt(ratios.metadataHot)}x hot.`,
+      '',
+      `Checks: tar byte count ${[...tarBytes].join(' / ')} (${tarBytes.size === 1 ? 'the same on every system' : '**differs between systems**'}); ` +
+        `layerd fetchedBytes per mount during the runs: ${[...new Set(layerd.fetchedBytes)].join(', ')} (0 = all from the warm cache); ` +
+        `lmdb data.mdb resident after each cold drop: ${[...new Set(layerd.lmdbResidentAfterDrop.map(b => fmt(b / MB, 1)))].join(', ')} MB.`
+    ].join('\n')
+    await writeReport({
+      name: 'warm-read',
+      title: 'Warm read and metadata: layerd vs squashfuse_ll vs kernel squashfs',
+      command,
+      load: load.stop(),
+      markdown,
+      data: { reps: REPS, comp: COMP, mksquashfs, sqfsBytes, tarBytes: [...tarBytes], figures, ratios, layerdFetchedBytes: layerd.fetchedBytes, lmdbResidentAfterDrop: layerd.lmdbResidentAfterDrop, samples: Object.fromEntries(samples) }
+    })
+  } finally {
+    for (const sys of systems) await sys.close().catch(err => console.error(`close ${sys.name}: ${(err as Error).message}`))
+    await rm(work, { recursive: true, force: true })
+  }
+}
+
+await main()
