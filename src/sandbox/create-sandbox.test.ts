@@ -1,0 +1,120 @@
+/**
+ * Issue 4 on the real path: the Debian python image in the store, the node's
+ * layerd mounting it lazily, sandboxes over that FUSE mount; commit, ps, rm
+ * and gc through layerctl.
+ */
+import t from 'tap'
+import { spawn } from 'node:child_process'
+import { join } from 'node:path'
+import { ensureDebianImages } from '../../fixtures/debian-images.js'
+import { layerdNode } from '../../fixtures/layerd-harness.js'
+import { parseRef } from '../format/ref.js'
+import { pushImage } from '../image/push.js'
+import { openMemoryNodeDb } from '../state/node-db.js'
+import { openStore } from '../store/open-store.js'
+import { createSandbox } from './create-sandbox.js'
+import type { Tier } from '../runtime/sandbox.js'
+
+const images = await ensureDebianImages()
+const work = t.testdir()
+const node = layerdNode(join(work, 'home'))
+{
+  const store = openStore(node.store)
+  await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
+  await store.close()
+}
+await node.startDaemon()
+t.teardown(() => node.stopDaemon())
+const base = { image: 'deb/python:v1', home: node.home, store: node.store }
+
+for (const tier of ['process', 'container'] as Tier[]) {
+  t.test(`createSandbox({ tier: '${tier}' }) runs the image from the lazy mount`, async t => {
+    const sb = await createSandbox({ ...base, tier })
+    t.teardown(() => sb.destroy())
+    const os = await sb.exec({ cmd: ['cat', '/etc/os-release'] })
+    t.match(os.stdout.toString(), /Debian GNU\/Linux 12 \(bookworm\)/)
+    const py = await sb.exec({ cmd: ['python3', '-c', 'print(2+2)'] })
+    t.equal(py.stdout.toString(), '4\n')
+    t.equal(py.exitCode, 0)
+    const fail = await sb.exec({ cmd: ['sh', '-c', 'echo oops >&2; exit 42'] })
+    t.equal(fail.exitCode, 42, 'a non-zero exit code comes back unchanged')
+    t.equal(fail.stderr.toString(), 'oops\n')
+    const env = await sb.exec({ cmd: ['sh', '-c', 'echo "$PATH"; pwd'] })
+    t.match(env.stdout.toString(), /\/usr\/local\/sbin:\/usr\/local\/bin:\/usr\/sbin:\/usr\/bin:\/sbin:\/bin\n\/root\n/, 'the image config (Env, WorkingDir) applies')
+  })
+
+  t.test(`a ${tier} sandbox's writes stay in it`, async t => {
+    const a = await createSandbox({ ...base, tier })
+    t.teardown(() => a.destroy())
+    const w = await a.exec({ cmd: ['sh', '-c', 'rm /bin/ls && echo mine > /etc/x && cat /etc/x && test ! -e /bin/ls'] })
+    t.equal(w.exitCode, 0, w.stderr.toString())
+    const b = await createSandbox({ ...base, tier })
+    t.teardown(() => b.destroy())
+    const r = await b.exec({ cmd: ['sh', '-c', 'test -x /bin/ls && test ! -e /etc/x && echo clean'] })
+    t.equal(r.stdout.toString(), 'clean\n', 'the next sandbox sees the image unchanged')
+  })
+}
+
+t.test('layerctl commit turns a kept sandbox into a new image that later sandboxes see', async t => {
+  const run = await node.layerctl('run', '--keep', '--tier', 'container', 'deb/python:v1', '--', 'sh', '-c', 'echo step-1 > /root/trajectory && rm /etc/motd')
+  t.equal(run.code, 0, run.stderr)
+  const id = /kept sandbox (sb-[0-9a-f]{12})/.exec(run.stderr)?.[1]
+  t.ok(id, 'the kept sandbox id is printed')
+  const ps = JSON.parse((await node.layerctl('ps', '--json')).stdout) as Array<{ id: string, status: string }>
+  t.equal(ps.find(s => s.id === id)?.status, 'kept')
+  const commit = await node.layerctl('commit', id!, 'deb/python:step1', '--json')
+  t.equal(commit.code, 0, commit.stderr)
+  const result = JSON.parse(commit.stdout)
+  t.ok(result.uploadedBytes < 64 * 1024, `only the new layer is uploaded (${result.uploadedBytes} bytes)`)
+  const child = await node.layerctl('run', 'deb/python:step1', '--', 'sh', '-c', 'cat /root/trajectory; test -e /etc/motd || echo motd-gone')
+  t.equal(child.stdout, 'step-1\nmotd-gone\n', 'a sandbox of the committed tag sees the changes, deletions included')
+  const parent = await node.layerctl('run', 'deb/python:v1', '--', 'sh', '-c', 'test -e /etc/motd && test ! -e /root/trajectory && echo untouched')
+  t.equal(parent.stdout, 'untouched\n')
+  t.equal((await node.layerctl('rm', id!)).code, 0)
+  t.notOk((JSON.parse((await node.layerctl('ps', '--json')).stdout) as Array<{ id: string }>).some(s => s.id === id))
+})
+
+t.test('a sandbox left by a crashed caller is listed as orphaned and removed by gc', async t => {
+  const script = `
+    const { createSandbox } = await import(${JSON.stringify(new URL('./create-sandbox.js', import.meta.url).href)})
+    const sb = await createSandbox(${JSON.stringify({ ...base, tier: 'process' })})
+    console.log(sb.id)
+    process.kill(process.pid, 'SIGKILL')`
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let out = ''
+  child.stdout.on('data', (c: Buffer) => { out += c.toString() })
+  await new Promise(resolve => child.on('close', resolve))
+  const id = out.trim()
+  t.match(id, /^sb-[0-9a-f]{12}$/)
+  const ps = JSON.parse((await node.layerctl('ps', '--json')).stdout) as Array<{ id: string, status: string }>
+  t.equal(ps.find(s => s.id === id)?.status, 'orphaned')
+  const gc = await node.layerctl('gc', '--sandboxes', '--json')
+  t.same(JSON.parse(gc.stdout).removed, [id])
+  const mounts = await new Promise<string>(resolve => {
+    const m = spawn('sh', ['-c', `grep -c ${id} /proc/mounts || true`])
+    let s = ''
+    m.stdout.on('data', (c: Buffer) => { s += c.toString() })
+    m.on('close', () => resolve(s.trim()))
+  })
+  t.equal(mounts, '0', 'its mounts are gone')
+})
+
+t.test('layerctl run reports a bad tier or image as its own failure (exit 125), not the command\'s', async t => {
+  const badTier = await node.layerctl('run', '--tier', 'unikernel', 'deb/python:v1', '--', 'true')
+  t.equal(badTier.code, 125)
+  t.match(badTier.stderr, /unknown tier "unikernel"/)
+  const missing = await node.layerctl('run', 'deb/nope:v1', '--', 'true')
+  t.equal(missing.code, 125)
+  t.match(missing.stderr, /image deb\/nope:v1 not found/)
+})
+
+t.test('layerd stops cleanly with sandbox images mounted, leaving no mount behind', async t => {
+  await node.stopDaemon()
+  const left = await new Promise<string>(resolve => {
+    const m = spawn('sh', ['-c', `grep -c ${JSON.stringify(node.home)} /proc/mounts || true`])
+    let s = ''
+    m.stdout.on('data', (c: Buffer) => { s += c.toString() })
+    m.on('close', () => resolve(s.trim()))
+  })
+  t.equal(left, '0')
+})
