@@ -22,7 +22,7 @@ export interface EncodedChunk {
 
 const BATCH_BYTES = 1024 * 1024
 /** Largest chunk accepted: the chunkers' max is far below. */
-export const MAX_CHUNK_BYTES = 4 * 1024 * 1024
+export const MAX_CHUNK_BYTES = 1024 * 1024
 
 interface Pending { resolve: (r: EncodedChunk[]) => void, reject: (e: Error) => void, lengths: number[] }
 
@@ -33,7 +33,7 @@ export class ChunkEncoderPool {
   readonly #pending = new Map<number, Pending>()
   #nextId = 0
   /** The batch being filled: chunks are copied straight into `#batchBuf`. */
-  #batchBuf = new Uint8Array(BATCH_BYTES + MAX_CHUNK_BYTES)
+  #batchBuf: Uint8Array = newBatchBuffer()
   #batchBytes = 0
   #batchEnds: number[] = []
   #batchResult: Promise<EncodedChunk[]> | undefined
@@ -83,7 +83,7 @@ export class ChunkEncoderPool {
     if (settle === undefined) return
     const plain = this.#batchBuf.subarray(0, this.#batchBytes)
     const ends = this.#batchEnds
-    this.#batchBuf = new Uint8Array(BATCH_BYTES + MAX_CHUNK_BYTES)
+    this.#batchBuf = newBatchBuffer()
     this.#batchBytes = 0
     this.#batchEnds = []
     this.#batchResult = undefined
@@ -97,7 +97,7 @@ export class ChunkEncoderPool {
     this.#pending.set(id, settle)
     this.#load[i]!++
     this.#workers[i]!.ref() // keep the process alive while a batch is out
-    this.#workers[i]!.postMessage({ id, data: plain.buffer, length: plain.length, ends }, [plain.buffer])
+    this.#workers[i]!.postMessage({ id, data: plain.buffer, length: plain.length, ends }, [plain.buffer as ArrayBuffer])
   }
 
   #onResult (worker: number, msg: EncodedBatch & { id: number }): void {
@@ -120,6 +120,11 @@ export class ChunkEncoderPool {
     this.#failAll(new Error('ChunkEncoderPool closed'))
     await Promise.all(this.#workers.map(w => w.terminate()))
   }
+}
+
+/** Not zero-filled: every byte sent is written first. Its own ArrayBuffer (not the pool), so it can be transferred. */
+function newBatchBuffer (): Uint8Array {
+  return Buffer.allocUnsafeSlow(BATCH_BYTES + MAX_CHUNK_BYTES)
 }
 
 function split (batch: EncodedBatch, lengths: number[]): EncodedChunk[] {

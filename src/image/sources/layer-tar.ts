@@ -161,13 +161,17 @@ export class TarLayerSource implements LayerSource {
       stored.destroy()
       throw err
     }
+    // An uncompressed blob is its own diff: hash it once (sha256 is the main thread's largest cost in push).
+    const hashBlob = compression !== 'none'
     async function * storedChunks (): AsyncGenerator<Buffer> {
       try {
         for (let chunk = head.shift(); chunk !== undefined; chunk = head.shift()) {
-          blobHash.update(chunk); storedBytes += chunk.length; yield chunk
+          if (hashBlob) blobHash.update(chunk)
+          storedBytes += chunk.length; yield chunk
         }
         for (let r = await source.next(); r.done !== true; r = await source.next()) {
-          blobHash.update(r.value); storedBytes += r.value.length; yield r.value
+          if (hashBlob) blobHash.update(r.value)
+          storedBytes += r.value.length; yield r.value
         }
       } finally { stored.destroy() }
     }
@@ -196,7 +200,7 @@ export class TarLayerSource implements LayerSource {
     if (this.#input.blobSize !== undefined && storedBytes !== this.#input.blobSize) {
       throw new BadInputError(`${name}: blob is ${storedBytes} bytes but its descriptor says ${this.#input.blobSize}`)
     }
-    const blobDigest: Digest = `sha256:${blobHash.digest('hex')}`
+    const blobDigest: Digest = `sha256:${(hashBlob ? blobHash : diffHash.copy()).digest('hex')}`
     if (this.#input.blobDigest !== undefined && blobDigest !== this.#input.blobDigest) {
       throw new BadInputError(`${name}: blob content has digest ${blobDigest}, not ${this.#input.blobDigest} (corrupt or tampered layout)`)
     }
