@@ -108,8 +108,8 @@ export class LayerdDaemon {
         ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
       prefetch: async (p: { mountpoint: string, wait?: boolean }) => {
-        const { chunks, done } = mounts.prefetch(p.mountpoint)
-        return p.wait === true ? { chunks, ...(await done) } : { chunks, started: true }
+        const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
+        return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
       },
       pull: async (p: PullParams) => await this.#pull(p),
       export: async (p: ExportParams) => await this.#export(p),

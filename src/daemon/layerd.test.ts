@@ -74,6 +74,10 @@ t.test('python3 imports json, sqlite3 and ssl from a cold cache, fetching under 
   t.equal(again.code, 0)
   t.equal((await stats(node, second)).fetchedBytes, 0, 'a second mount with a warm cache fetches nothing')
 
+  t.equal((await node.layerctl('umount', mnt)).code, 0)
+  const traced = JSON.parse((await node.layerctl('prefetch', second, '--wait', '--json')).stdout)
+  t.ok(traced.traced > 0, `the unmounted mount left an access trace of ${traced.traced} chunks, prefetched first`)
+  t.equal(traced.failed, 0)
   await node.stopDaemon()
   await node.startDaemon()
   const restored = JSON.parse((await node.layerctl('mounts', '--json')).stdout)

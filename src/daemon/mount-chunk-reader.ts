@@ -8,10 +8,13 @@ import type { ChunkFetcher, FetchStats } from '../cache/chunk-fetcher.js'
 import { newFetchStats } from '../cache/chunk-fetcher.js'
 import type { ChunkRef } from '../format/toc.js'
 import type { ChunkReader } from '../fs/file-reader.js'
+import { TraceRecorder } from './access-traces.js'
 
 export class MountChunkReader implements ChunkReader {
   readonly storeName: string
   readonly stats: FetchStats = newFetchStats()
+  /** Demand misses in first-touch order: the mount's access trace. */
+  readonly trace = new TraceRecorder()
   readonly #fetcher: ChunkFetcher
   readonly #onPrefetchError: (err: unknown) => void
 
@@ -26,6 +29,7 @@ export class MountChunkReader implements ChunkReader {
   }
 
   async read (refs: readonly ChunkRef[]): Promise<Uint8Array[]> {
+    this.trace.record(refs)
     return await this.#fetcher.read(refs, { stats: this.stats })
   }
 

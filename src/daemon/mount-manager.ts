@@ -20,6 +20,7 @@ import { lazyUnmount } from '../fs/fuse-binding.js'
 import { loadImage, type LoadedImage } from '../image/load-image.js'
 import type { NodeDb } from '../state/node-db.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
+import { AccessTraces, prefetchOrder } from './access-traces.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
@@ -54,11 +55,13 @@ export class MountManager {
   readonly #log: (line: string) => void
   readonly #mounts = new Map<string, Mounted>()
   readonly #sharedDir: string
+  readonly #traces: AccessTraces
   readonly #sharing = new Map<string, Promise<SharedImage>>()
 
   /** `sharedDir`: where images mounted for sandboxes live, one directory per manifest. */
   constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string) {
     this.#sharedDir = sharedDir
+    this.#traces = new AccessTraces(db)
     this.#db = db
     this.#cache = cache
     this.#stores = stores
@@ -122,6 +125,7 @@ export class MountManager {
   async unmount (mountpoint: string): Promise<void> {
     const m = this.#get(mountpoint)
     await m.mount.unmount()
+    this.#traces.save(m.image.digest, m.reader.trace.refs)
     this.#mounts.delete(m.info.mountpoint)
     this.#cache.unpin(m.pins)
     this.#db.prepare('DELETE FROM mounts WHERE mountpoint = ?').run(m.info.mountpoint)
@@ -144,14 +148,19 @@ export class MountManager {
     }
   }
 
-  /** Warm the cache with every chunk of the mounted image, behind demand reads. Starts it and returns at once. */
-  prefetch (mountpoint: string): { chunks: number, done: Promise<PrefetchResult> } {
+  /**
+   * Warm the cache with every chunk of the mounted image, behind demand
+   * reads: the chunks an earlier mount of this image read first (its access
+   * trace), in that order, then the rest. Starts it and returns at once.
+   */
+  prefetch (mountpoint: string): { chunks: number, traced: number, done: Promise<PrefetchResult> } {
     const m = this.#get(mountpoint)
-    const refs = allChunks(m.image)
+    const trace = this.#traces.load(m.image.digest)
+    const refs = prefetchOrder(trace, allChunks(m.image))
     const { fetcher } = this.#stores.get(m.loc)
     const done = fetcher.prefetch(refs, { stats: m.reader.stats })
     done.catch(err => this.#log(`prefetch ${m.info.mountpoint}: ${(err as Error).message}`))
-    return { chunks: refs.length, done }
+    return { chunks: refs.length, traced: trace.length, done }
   }
 
   /**

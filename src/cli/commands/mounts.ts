@@ -70,8 +70,10 @@ export const prefetchCommand: Command = {
   options: { wait: { type: 'boolean' } },
   async run (ctx, { values, positionals }) {
     if (positionals.length !== 1) throw new UsageError(`prefetch takes DIR; usage: ${this.usage}`)
-    const r = await (await daemonFor(ctx)).call<{ chunks: number }>('prefetch', { mountpoint: absolute(positionals[0]!), wait: values.wait === true })
-    ctx.out(ctx.json ? JSON.stringify(r) : `prefetching ${r.chunks} chunks${values.wait === true ? ': done' : ' in the background'}`)
+    const r = await (await daemonFor(ctx)).call<{ chunks: number, traced: number }>('prefetch', { mountpoint: absolute(positionals[0]!), wait: values.wait === true })
+    ctx.out(ctx.json
+      ? JSON.stringify(r)
+      : `prefetch${values.wait === true ? 'ed' : 'ing'} ${r.chunks} chunks (${r.traced} from this image's access trace first)${values.wait === true ? '' : ' in the background'}`)
     return 0
   }
 }
