@@ -1,0 +1,89 @@
+/**
+ * Makes an ext4 image's inode times depend on the tree's content only:
+ * `mkfs.ext4 -d` copies atime and ctime from the source files, and those
+ * change whenever a tree is copied or read (ctime cannot even be set from
+ * user space). Every in-use inode gets atime = ctime = its mtime (OCI layers
+ * carry only mtime, so nothing is lost); crtime is already the pinned
+ * E2FSPROGS_FAKE_TIME.
+ *
+ * Two batched debugfs runs: one `stat` per inode to read the times, then
+ * `set_inode_field` for those that differ. About 0.3 s for 8,000 inodes.
+ *
+ * May import: src/errors.ts, node built-ins.
+ */
+import { spawn } from 'node:child_process'
+import { BadInputError, UnsupportedError } from '../errors.js'
+
+/** The first non-reserved inode of ext4 (s_first_ino); below it only the root (2) holds tree content. */
+const FIRST_ORDINARY_INODE = 11
+const ROOT_INODE = 2
+const STDERR_TAIL_CHARS = 1000
+
+interface Time { lo: number, extra: number }
+
+async function debugfs (args: string[], commands: string, env: NodeJS.ProcessEnv): Promise<string> {
+  return await new Promise((resolve, reject) => {
+    const child = spawn('debugfs', [...args, '-f', '-'], { env, stdio: ['pipe', 'pipe', 'pipe'] })
+    const out: Buffer[] = []
+    let err = ''
+    child.stdout.on('data', (c: Buffer) => out.push(c))
+    child.stderr.on('data', (c: Buffer) => { err = (err + c.toString()).slice(-STDERR_TAIL_CHARS) })
+    child.on('error', e => reject((e as NodeJS.ErrnoException).code === 'ENOENT'
+      ? new UnsupportedError('debugfs (e2fsprogs) is not installed', { cause: e })
+      : e))
+    child.on('close', code => {
+      if (code === 0) resolve(Buffer.concat(out).toString())
+      else reject(new Error(`debugfs ${args.join(' ')} failed (exit ${code}): ${err.trim()}`))
+    })
+    child.stdin.end(commands)
+  })
+}
+
+function parseTimes (block: string): Map<string, Time> {
+  const times = new Map<string, Time>()
+  for (const m of block.matchAll(/^\s*(atime|ctime|mtime|crtime): 0x([0-9a-f]+)(?::([0-9a-f]+))?/gm)) {
+    times.set(m[1]!, { lo: parseInt(m[2]!, 16), extra: parseInt(m[3] ?? '0', 16) })
+  }
+  return times
+}
+
+/**
+ * Set atime and ctime to mtime on every in-use inode numbered up to
+ * `lastInode` of the ext4 image `image`; resolves with how many inodes changed. Async. `env` must pin
+ * E2FSPROGS_FAKE_TIME so debugfs' own superblock write is deterministic.
+ * `rootMtimeS`, when given, becomes the root
+ * directory's times (the source directory's mtime). Throws
+ * UnsupportedError without debugfs, BadInputError when the image cannot be
+ * read.
+ */
+export async function normalizeInodeTimes (image: string, lastInode: number, env: NodeJS.ProcessEnv, rootMtimeS?: number): Promise<number> {
+  const stats: string[] = []
+  for (let i = ROOT_INODE; i <= lastInode; i++) if (i === ROOT_INODE || i >= FIRST_ORDINARY_INODE) stats.push(`stat <${i}>`)
+  let listing: string
+  try {
+    listing = await debugfs([image], `${stats.join('\n')}\n`, env)
+  } catch (err) {
+    if (err instanceof UnsupportedError) throw err
+    throw new BadInputError(`cannot read inodes of ${image}`, { cause: err })
+  }
+  const sets: string[] = []
+  let changed = 0
+  for (const block of listing.split(/^debugfs: stat /m).slice(1)) {
+    const ino = /^<(\d+)>/.exec(block)?.[1]
+    if (ino === undefined || /^Links: 0\b/m.test(block) || /Type: bad type/.test(block)) continue
+    const t = parseTimes(block)
+    const isRoot = ino === String(ROOT_INODE) && rootMtimeS !== undefined
+    // mke2fs stamps the root with its fake time instead of copying the source directory's.
+    const mtime = isRoot ? { lo: rootMtimeS >>> 0, extra: 0 } : t.get('mtime')
+    if (mtime === undefined) continue
+    const before = sets.length
+    for (const field of isRoot ? ['mtime', 'atime', 'ctime'] : ['atime', 'ctime']) {
+      const cur = t.get(field)
+      if (cur !== undefined && cur.lo === mtime.lo && cur.extra === mtime.extra) continue
+      sets.push(`sif <${ino}> ${field} @${mtime.lo}`, `sif <${ino}> ${field}_extra ${mtime.extra}`)
+    }
+    if (sets.length > before) changed++
+  }
+  if (sets.length > 0) await debugfs(['-w', image], `${sets.join('\n')}\n`, env)
+  return changed
+}

@@ -1,0 +1,116 @@
+/**
+ * Chunks a block view (raw ext4 file) into the store as a one-file layer:
+ * a TOC holding the root directory and `disk.raw`, whose content goes
+ * through the same chunker, dedup index and blob packer as every layer. Its
+ * TOC digest is what `manifest.blockView` names; layerd then serves
+ * `disk.raw` through FUSE like any file, fetching only the chunks a VM reads.
+ *
+ * The headroom of a block view is a hole, so it reads as zeros: those cut
+ * into identical maximum-size chunks, stored once.
+ *
+ * May import: src/errors.ts, src/format/, src/store/, src/state/, src/image/.
+ */
+import { createHash } from 'node:crypto'
+import { createReadStream } from 'node:fs'
+import { stat } from 'node:fs/promises'
+import { BadInputError } from '../errors.js'
+import { digestHex, type Digest } from '../format/digest.js'
+import { layerKey } from '../format/keys.js'
+import type { ObjectStore } from '../store/object-store.js'
+import type { NodeDb } from '../state/node-db.js'
+import { BlobPacker } from '../image/blob-packer.js'
+import { ChunkEncoderPool } from '../image/chunk-encoder.js'
+import { ChunkIndex } from '../image/chunk-index.js'
+import { DEFAULT_CHUNKING, type ChunkingStrategy } from '../image/chunking-strategy.js'
+import { writeLayer, type LayerWriteStats } from '../image/layer-writer.js'
+import { encodeTocObject } from '../image/metadata-objects.js'
+import type { LayerEntry, LayerSource } from '../image/sources/image-source.js'
+
+/** The block view's file name inside its layer. */
+export const BLOCK_VIEW_FILE = 'disk.raw'
+const READ_CHUNK_BYTES = 1024 * 1024
+/** The file is read-only for everyone: a VM opens it only as the backing of its overlay. */
+const BLOCK_VIEW_MODE = 0o444
+
+export interface PushBlockViewOptions {
+  store: ObjectStore
+  db: NodeDb
+  strategy?: ChunkingStrategy
+  /** zstd level for chunks. Default 3. */
+  level?: number
+  /** Encoder worker threads; 0 encodes inline. */
+  workers?: number
+}
+
+export interface PushedBlockView {
+  /** Digest of the layer TOC: the value for `manifest.blockView`. */
+  digest: Digest
+  /** sha256 of the raw file, also recorded as the layer's diffId. */
+  rawDigest: Digest
+  sizeBytes: number
+  /** True when the TOC was already in the store (this exact block view was pushed before). */
+  existed: boolean
+  stats: LayerWriteStats
+}
+
+/** A LayerSource of one read-only file, `disk.raw`, hashing the bytes as they stream by. */
+class BlockViewSource implements LayerSource {
+  readonly name: string
+  readonly #path: string
+  readonly #size: number
+  readonly #hash = createHash('sha256')
+  #digest: Digest | undefined
+
+  constructor (path: string, size: number) {
+    this.name = `block view ${path}`
+    this.#path = path
+    this.#size = size
+  }
+
+  async * entries (): AsyncGenerator<LayerEntry> {
+    yield { header: { path: '', type: 'dir', mode: 0o755, uid: 0, gid: 0, mtime: 0, size: 0 } }
+    yield { header: { path: BLOCK_VIEW_FILE, type: 'file', mode: BLOCK_VIEW_MODE, uid: 0, gid: 0, mtime: 0, size: this.#size }, body: this.#body() }
+  }
+
+  async * #body (): AsyncGenerator<Uint8Array> {
+    let read = 0
+    for await (const piece of createReadStream(this.#path, { highWaterMark: READ_CHUNK_BYTES }) as AsyncIterable<Buffer>) {
+      read += piece.length
+      if (read > this.#size) throw new BadInputError(`${this.#path} grew while being pushed`)
+      this.#hash.update(piece)
+      yield piece
+    }
+    if (read !== this.#size) throw new BadInputError(`${this.#path} shrank while being pushed (${read} of ${this.#size} bytes)`)
+    this.#digest = `sha256:${this.#hash.digest('hex')}`
+  }
+
+  diffId (): Digest {
+    if (this.#digest === undefined) throw new BadInputError(`${this.name}: diffId() before the content was read`)
+    return this.#digest
+  }
+}
+
+/**
+ * Push the raw file at `rawPath` as a one-file layer and store its TOC.
+ * Async. Resolves with the TOC digest to record as `manifest.blockView`.
+ * Throws what the store throws, BadInputError if the file changes meanwhile.
+ */
+export async function pushBlockView (rawPath: string, opts: PushBlockViewOptions): Promise<PushedBlockView> {
+  const { store } = opts
+  const size = (await stat(rawPath)).size
+  const source = new BlockViewSource(rawPath, size)
+  const index = new ChunkIndex(opts.db, store.url)
+  await index.sync(store)
+  const encoder = new ChunkEncoderPool({ level: opts.level ?? 3, workers: opts.workers })
+  const packer = new BlobPacker(store, index)
+  try {
+    const { toc, stats } = await writeLayer(source, { encoder, packer, index, session: new Map(), strategy: opts.strategy ?? DEFAULT_CHUNKING })
+    const object = encodeTocObject(toc)
+    const key = layerKey(digestHex(object.digest))
+    const existed = (await store.stat(key)) !== undefined
+    if (!existed) await store.put(key, object.bytes)
+    return { digest: object.digest, rawDigest: source.diffId(), sizeBytes: size, existed, stats }
+  } finally {
+    await encoder.close()
+  }
+}

@@ -1,0 +1,209 @@
+/**
+ * A running layerd VM as a Sandbox: one hypervisor process (QEMU or
+ * Firecracker), booted once, with the guest agent serving every exec over
+ * one stream (a persistent VM, not a boot per exec). Files and processes
+ * the guest keeps between execs stay until stop/destroy: writes land in the
+ * VM's own copy-on-write disk, never in the block view.
+ *
+ * Lifecycle: `launchVm` listens on the agent socket, starts the hypervisor,
+ * records its pid in `<stateDir>/<hypervisor>.pid` (for cleanup after a
+ * crash of this process) and waits for READY. stop() asks the agent to
+ * power off, then kills the hypervisor after a grace period; the disk stays.
+ * destroy() also deletes the state.
+ *
+ * May import: src/errors.ts, ../sandbox.ts, ../process/exec-context.ts, this folder, node built-ins.
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { open, readFile, rm, writeFile } from 'node:fs/promises'
+import { createServer, type Server, type Socket } from 'node:net'
+import { UnsupportedError, UsageError } from '../../errors.js'
+import { DEFAULT_PATH, mergeEnv } from '../process/exec-context.js'
+import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, Tier } from '../sandbox.js'
+import { AgentChannel, VmGoneError } from './agent-channel.js'
+
+/** A guest that has not said READY by then is not going to (TCG on a loaded 2-core host: a boot takes 5-20 s). */
+export const DEFAULT_BOOT_TIMEOUT_MS = 120_000
+const SHUTDOWN_GRACE_MS = 5000
+/** After an exec's timeout, the agent has this long to report the killed command before the VM is killed. */
+const KILL_GRACE_MS = 10_000
+const CONSOLE_TAIL_BYTES = 2000
+
+export interface HypervisorLaunch {
+  /** 'qemu' or 'firecracker': names the pid file. */
+  name: string
+  argv: string[]
+  /** Where the hypervisor writes the guest console (read for error messages). */
+  consoleLog: string
+  /** The hypervisor's stdout and stderr go here too (Firecracker's serial console is its stdout). */
+  logFile: string
+  /** Unix socket the host listens on for the agent's connection. */
+  agentSocket: string
+}
+
+export interface VmTimings {
+  /** From spawning the hypervisor to the agent's READY. */
+  bootMs: number
+  /** The guest's own uptime at READY, as it reported it. */
+  guestUptimeMs: number
+}
+
+async function consoleTail (path: string): Promise<string> {
+  const text = await readFile(path, 'latin1').catch(() => '')
+  return text.slice(-CONSOLE_TAIL_BYTES).trim().split('\n').slice(-12).join(' | ')
+}
+
+async function listen (path: string): Promise<Server> {
+  await rm(path, { force: true })
+  const server = createServer()
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(path, () => { server.off('error', reject); resolve() })
+  })
+  return server
+}
+
+export interface VmSandboxInit {
+  tier: Tier
+  spec: SandboxSpec
+  launch: HypervisorLaunch
+  bootTimeoutMs: number
+  maxOutputBytes?: number
+  /** Extra clean-up on destroy (run directory with the sockets). */
+  cleanup: () => Promise<void>
+}
+
+/**
+ * Start the hypervisor and wait for the agent. Async. Throws
+ * UnsupportedError (with the tail of the guest console) when the VM does
+ * not come up within `bootTimeoutMs`; nothing is left running then.
+ */
+export async function launchVm (init: VmSandboxInit): Promise<VmSandbox> {
+  const { launch } = init
+  const server = await listen(launch.agentSocket)
+  const started = performance.now()
+  const log = await open(launch.logFile, 'a')
+  let child: ChildProcess
+  try {
+    child = spawn(launch.argv[0]!, launch.argv.slice(1), { stdio: ['ignore', log.fd, log.fd] })
+  } finally {
+    await log.close()
+  }
+  const exited = new Promise<string>(resolve => {
+    child.on('error', err => resolve(`cannot start ${launch.argv[0]}: ${err.message}`))
+    child.on('exit', (code, signal) => resolve(`${launch.name} exited (${signal ?? `code ${code}`})`))
+  })
+  if (child.pid !== undefined) await writeFile(`${init.spec.stateDir}/${launch.name}.pid`, `${child.pid}\n`)
+  const connected = new Promise<Socket>(resolve => server.once('connection', resolve))
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<string>(resolve => { timer = setTimeout(() => resolve(`no answer from the guest agent within ${init.bootTimeoutMs} ms`), init.bootTimeoutMs) })
+  try {
+    const first = await Promise.race([connected, exited, timeout])
+    if (typeof first === 'string') throw new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${first}; console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}`)
+    server.close() // one connection per VM; the listening socket is no longer needed
+    const channel = new AgentChannel(first, { maxOutputBytes: init.maxOutputBytes })
+    const ready = await Promise.race([channel.ready, exited, timeout])
+    if (typeof ready === 'string') throw new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${ready}; console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}`)
+    const timings: VmTimings = { bootMs: performance.now() - started, guestUptimeMs: Math.round(Number(ready.uptimeS ?? 0) * 1000) }
+    return new VmSandbox(init, child, exited, channel, timings, ready)
+  } catch (err) {
+    child.kill('SIGKILL')
+    server.close()
+    await exited
+    throw err instanceof UnsupportedError ? err : new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${(err as Error).message}; console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}`, { cause: err })
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+export class VmSandbox implements Sandbox {
+  readonly id: string
+  readonly tier: Tier
+  readonly timings: VmTimings
+  /** What the agent reported at READY (kernel release, free bytes of the root). */
+  readonly guest: Record<string, string>
+  #state: 'running' | 'stopped' | 'destroyed' = 'running'
+  #stopping: Promise<void> | undefined
+  #destroying: Promise<void> | undefined
+
+  constructor (
+    private readonly init: VmSandboxInit,
+    private readonly child: ChildProcess,
+    private readonly exited: Promise<string>,
+    private readonly channel: AgentChannel,
+    timings: VmTimings,
+    guest: Record<string, string>
+  ) {
+    this.id = init.spec.id
+    this.tier = init.tier
+    this.timings = timings
+    this.guest = guest
+    channel.describeLoss = () => `the VM's console ends with: ${this.#consoleTailSync}`
+    void exited.then(async why => {
+      this.#consoleTailSync = `${why}; ${await consoleTail(init.launch.consoleLog)}`
+    })
+  }
+
+  #consoleTailSync = ''
+
+  /**
+   * See {@link Sandbox.exec}. Argv, env and cwd come from the image config
+   * and `opts` as in every tier; the user is resolved inside the guest.
+   * Throws UsageError after stop/destroy, for nothing to run, a relative
+   * cwd or an unknown user; VmGoneError when the VM died.
+   */
+  async exec (opts: ExecOptions): Promise<ExecResult> {
+    if (this.#state !== 'running') throw new UsageError(`sandbox ${this.id} is ${this.#state}`)
+    const c = this.init.spec.config.config ?? {}
+    const argv = opts.cmd.length > 0 ? [...opts.cmd] : [...(c.Entrypoint ?? []), ...(c.Cmd ?? [])]
+    if (argv.length === 0) throw new UsageError('nothing to run: no command given and the image has no Entrypoint or Cmd')
+    const cwd = opts.cwd ?? (c.WorkingDir !== undefined && c.WorkingDir !== '' ? c.WorkingDir : '/')
+    if (!cwd.startsWith('/')) throw new UsageError(`working directory ${JSON.stringify(cwd)} is not absolute`)
+    const env = mergeEnv([`PATH=${DEFAULT_PATH}`], c.Env, opts.env)
+    const user = (opts.user ?? c.User ?? '').trim()
+    const run = this.channel.exec({ argv, env, cwd, user }, opts)
+    if (opts.timeoutMs === undefined) return await run
+    // A guest too wedged to report the killed command: give up on the VM.
+    let grace: NodeJS.Timeout | undefined
+    const wedged = new Promise<never>((resolve, reject) => {
+      grace = setTimeout(() => {
+        this.channel.abandon(new VmGoneError(`sandbox ${this.id}: the guest did not end a timed-out command; VM killed`))
+        this.child.kill('SIGKILL')
+        reject(new VmGoneError('unreachable'))
+      }, opts.timeoutMs! + KILL_GRACE_MS)
+    })
+    wedged.catch(() => {})
+    try {
+      return await Promise.race([run, wedged])
+    } finally {
+      clearTimeout(grace)
+    }
+  }
+
+  /** See {@link Sandbox.stop}: the guest powers off; its disk (the overlay) stays. */
+  async stop (): Promise<void> {
+    if (this.#state === 'running') this.#state = 'stopped'
+    this.#stopping ??= (async () => {
+      this.channel.shutdown()
+      this.channel.abandon(new UsageError(`sandbox ${this.id} is stopped`))
+      let timer: NodeJS.Timeout | undefined
+      const grace = new Promise<void>(resolve => { timer = setTimeout(resolve, SHUTDOWN_GRACE_MS) })
+      await Promise.race([this.exited, grace])
+      clearTimeout(timer)
+      this.child.kill('SIGKILL')
+      await this.exited
+      await rm(`${this.init.spec.stateDir}/${this.init.launch.name}.pid`, { force: true })
+    })()
+    await this.#stopping
+  }
+
+  /** See {@link Sandbox.destroy}. */
+  async destroy (): Promise<void> {
+    this.#destroying ??= (async () => {
+      this.#state = 'destroyed'
+      await this.stop()
+      await this.init.cleanup()
+      await rm(this.init.spec.stateDir, { recursive: true, force: true })
+    })().catch(err => { this.#destroying = undefined; throw err })
+    await this.#destroying
+  }
+}
