@@ -1,0 +1,225 @@
+/**
+ * Deploy benchmark (issue 5): N containers from K per-task images on M
+ * simulated nodes, layerd (fs store and S3) side by side with a real
+ * Docker engine pulling from a real registry, one network model for both.
+ *
+ *   npm run bench:deploy -- [--containers N] [--images K] [--nodes M] [--concurrency C]
+ *                           [--out DIR] [--bandwidth 1g] [--rtt-ms 1]
+ *                           [--launcher library|cli] [--sides docker,layerd,layerdS3]
+ *                           [--parallel-nodes] [--node-disk-size 32G]
+ *
+ * The pieces (bench/deploy/): corpus.ts (base + npm releases as task
+ * images, the task), stores.ts (registry, fs store, S3 store, dedup),
+ * node-runs.ts (one node on one side, measured), throttle-proxy.ts +
+ * link-model.ts (the network), node-disk.ts (bytes written), schedule.ts
+ * (placement, concurrency, time to ready), summary.ts + plot.ts (report).
+ *
+ * Nodes run one after another by default (this machine has 2 cores: M
+ * nodes side by side would measure CPU contention, not a cluster); each
+ * node's sides run back to back, in alternating order, so load drifts hit
+ * every side alike. Writes DIR/deploy.json, deploy.md and deploy.png.
+ *
+ * Bench-only: may import anything.
+ */
+import { mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { cpus } from 'node:os'
+import { join, resolve } from 'node:path'
+import { unmountAllUnder } from '../src/runtime/overlay/mount-table.js'
+import { parseSize } from '../src/cli/human-units.js'
+import { arg, flag, fmt, loadAverage, RESULTS_DIR, startLoadSampler, writeReport } from './bench-report.js'
+import { ensureDeployCorpus, TASK_SCRIPT } from './deploy/corpus.js'
+import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
+import type { Launcher } from './deploy/layerd-node.js'
+import { type BenchContext, type NodeRun, runDockerNode, runLayerdNode, type SideName } from './deploy/node-runs.js'
+import { NPM_PROJECTS } from './deploy/npm-projects.js'
+import { plotReadiness } from './deploy/plot.js'
+import { placeContainers } from './deploy/schedule.js'
+import { prepareImageSources } from './deploy/stores.js'
+import { nodesTable, sidesTable, type SideSummary, SIDE_LABELS, summarizeSide } from './deploy/summary.js'
+
+const ALL_SIDES: SideName[] = ['docker', 'layerd', 'layerdS3']
+
+interface Options {
+  containers: number
+  images: number
+  nodes: number
+  concurrency: number
+  out: string
+  link: LinkSpec
+  launcher: Launcher
+  sides: SideName[]
+  parallelNodes: boolean
+  diskBytes: number
+}
+
+function positiveInt (name: string, fallback: number): number {
+  const v = Number(arg(name, String(fallback)))
+  if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer, got ${JSON.stringify(arg(name, ''))}`)
+  return v
+}
+
+function parseOptions (): Options {
+  const sides = arg('sides', ALL_SIDES.join(',')).split(',') as SideName[]
+  for (const s of sides) if (!ALL_SIDES.includes(s)) throw new Error(`--sides: unknown side ${JSON.stringify(s)}; use ${ALL_SIDES.join(',')}`)
+  const launcher = arg('launcher', 'library')
+  if (launcher !== 'library' && launcher !== 'cli') throw new Error(`--launcher must be library or cli, got ${JSON.stringify(launcher)}`)
+  const rttMs = Number(arg('rtt-ms', '1'))
+  if (!(rttMs >= 0)) throw new Error(`--rtt-ms must be >= 0, got ${arg('rtt-ms', '')}`)
+  const diskBytes = parseSize(arg('node-disk-size', '32G'))
+  if (diskBytes === undefined) throw new Error(`--node-disk-size: use a size such as 32G`)
+  return {
+    containers: positiveInt('containers', 96),
+    images: positiveInt('images', 24),
+    nodes: positiveInt('nodes', 2),
+    concurrency: positiveInt('concurrency', 4),
+    out: resolve(arg('out', RESULTS_DIR)),
+    link: { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs },
+    launcher,
+    sides,
+    parallelNodes: flag('parallel-nodes'),
+    diskBytes
+  }
+}
+
+const log = (line: string): void => { process.stderr.write(`deploy: ${line}\n`) }
+const mb = (b: number): string => `${fmt(b / 1e6, 1)} MB`
+
+async function main (): Promise<void> {
+  const opt = parseOptions()
+  const command = `npm run bench:deploy -- ${process.argv.slice(2).join(' ')}`.trim()
+  log(`${opt.containers} containers, ${opt.images} images, ${opt.nodes} nodes, concurrency ${opt.concurrency}, link ${describeLink(opt.link)}, launcher ${opt.launcher}; load ${loadAverage()}`)
+  const corpus = await ensureDeployCorpus(opt.images, log)
+  const work = await mkdtemp('/var/tmp/layerd-deploy-')
+  await mkdir('/run/layerd-deploy', { recursive: true })
+  const runRoot = await mkdtemp('/run/layerd-deploy/r')
+  const cleanups = new Set<() => Promise<void>>()
+  let sources: Awaited<ReturnType<typeof prepareImageSources>> | undefined
+  const teardown = async (): Promise<void> => {
+    for (const c of [...cleanups]) await c().catch(err => log(`cleanup: ${(err as Error).message}`))
+    await sources?.stop().catch(err => log(`cleanup: ${(err as Error).message}`))
+    await unmountAllUnder(work).catch(err => log(`cleanup: ${(err as Error).message}`))
+    await rm(work, { recursive: true, force: true })
+    await rm(runRoot, { recursive: true, force: true })
+  }
+  const onSignal = (sig: string): void => {
+    log(`${sig}: stopping the nodes and cleaning up`)
+    void teardown().finally(() => process.exit(130))
+  }
+  process.once('SIGINT', onSignal).once('SIGTERM', onSignal)
+  try {
+    sources = await prepareImageSources(work, corpus, log)
+    const ctx: BenchContext = {
+      work, runRoot, link: opt.link, concurrency: opt.concurrency, launcher: opt.launcher, diskBytes: opt.diskBytes,
+      registry: sources.registry, fsStore: sources.fsStore, s3: { port: sources.s3rver.port, store: sources.s3Store },
+      fsMetadataBytes: sources.fsMetadataBytes, cleanups, log
+    }
+    const placements = placeContainers(opt.containers, opt.nodes, corpus.tasks)
+    const runSide = async (side: SideName, node: number): Promise<NodeRun> => {
+      const r = side === 'docker' ? await runDockerNode(ctx, node, placements[node]!) : await runLayerdNode(ctx, side, node, placements[node]!)
+      log(`node ${node} ${side}: ${r.containers} containers in ${fmt(r.seconds, 1)} s, transferred ${mb(r.bytesTransferred)}, written ${mb(r.bytesWritten)}, ` +
+        `peak RSS ${mb(r.peakRssBytes)}  [load ${loadAverage()}]`)
+      return r
+    }
+    const load = startLoadSampler()
+    const runs = new Map<SideName, NodeRun[]>(opt.sides.map(s => [s, []]))
+    const wall = new Map<SideName, number>()
+    if (opt.parallelNodes) {
+      for (const side of opt.sides) {
+        const t0 = performance.now()
+        runs.set(side, await Promise.all(placements.map((_, n) => runSide(side, n))))
+        wall.set(side, (performance.now() - t0) / 1000)
+      }
+    } else {
+      for (let n = 0; n < opt.nodes; n++) {
+        const order = n % 2 === 0 ? opt.sides : [...opt.sides].reverse()
+        for (const side of order) runs.get(side)!.push(await runSide(side, n))
+      }
+    }
+    const loadFigures = load.stop()
+    checkSameOutputs(runs)
+
+    const sides: Partial<Record<SideName, SideSummary>> = {}
+    for (const [side, rs] of runs) sides[side] = summarizeSide(side, rs, wall.get(side))
+    await mkdir(opt.out, { recursive: true })
+    const png = join(opt.out, 'deploy.png')
+    await plotReadiness(png, `${opt.containers} containers, ${opt.images} images, ${opt.nodes} nodes × ${opt.concurrency} slots, ${describeLink(opt.link)}`,
+      Object.entries(sides).map(([name, s]) => ({ label: name, seconds: s.readiness })))
+
+    const d = sources.dedup
+    const params = {
+      containers: opt.containers, images: opt.images, nodes: opt.nodes, concurrency: opt.concurrency,
+      bandwidthBitsPerSecond: Number.isFinite(opt.link.bitsPerSecond) ? opt.link.bitsPerSecond : null, rttMs: opt.link.rttMs,
+      network: describeLink(opt.link), launcher: opt.launcher, tier: 'container', runtime: 'runc', parallelNodes: opt.parallelNodes,
+      sides: opt.sides, nodeDiskBytes: opt.diskBytes, cpus: cpus().length, timeToReadyUnit: 's',
+      base: 'Debian bookworm minbase + python3 (fixtures python-v1)',
+      taskImages: corpus.tasks.map(t => ({ ref: t.ref, files: t.files, projectBytes: t.projectBytes, layerGzipBytes: t.layers.at(-1)!.size })),
+      task: ['python3', '-c', TASK_SCRIPT]
+    }
+    const markdown = [
+      `${opt.containers} containers (container tier / docker run) from ${opt.images} per-task images on ${opt.nodes} simulated nodes, ` +
+        `${opt.concurrency} deploys at a time per node; each node's link to the registry/store: ${describeLink(opt.link)} ` +
+        '(a user-space TCP throttle per node; FIFO bandwidth shared by the node\'s connections, RTT/2 each way, 1 RTT per new connection).',
+      '',
+      sidesTable(sides),
+      '',
+      ...Object.entries(sides).map(([name, s]) => `- **${name}**: ${s.label}.`),
+      '',
+      'seconds: until every container has finished its task (slowest node; nodes are separate machines). ' +
+        'Time to ready: from a container\'s deploy start (its slot on the node) to its task\'s end, pull/mount included. ' +
+        'Written to disk: sectors written to each node\'s own loop-mounted ext4 disk (docker data root, layerd home), after syncfs. ' +
+        'Left on disk: space in use on those disks at the end. Peak daemon RSS: VmHWM of dockerd + containerd, or of layerd, per node (largest node).',
+      '',
+      '## Per node',
+      '',
+      nodesTable(sides),
+      '',
+      `## Dedup of the ${d.images} task images`,
+      '',
+      `| | bytes |`,
+      `|---|---|`,
+      `| Σ of every image's Docker layers (gzip) | ${mb(d.dockerLayerBytesSum)} |`,
+      `| distinct Docker layers (registry: base once) | ${mb(d.dockerDistinctLayerBytes)} |`,
+      `| layerd store holding all of them (chunks zstd, TOCs, manifests) | ${mb(d.layerdStoreBytes)} |`,
+      `| project layers alone, Docker (gzip) | ${mb(d.dockerTaskLayerBytes)} |`,
+      `| what the project layers added to the layerd store | ${mb(d.layerdTaskBytes)} |`,
+      '',
+      `Dedup ratio (Σ Docker layer sizes ÷ layerd store): **${fmt(d.ratio, 1)}x**; against distinct Docker layers ${fmt(d.ratioVsDistinctLayers, 2)}x; ` +
+        `project layers alone ${fmt(d.taskLayerRatio, 1)}x. Project trees: ${mb(d.projectPlainBytes)} uncompressed.`,
+      '',
+      `Corpus: ${NPM_PROJECTS.map(p => p.name).join(', ')} (successive releases, newest first, round robin); task: python3 walks /work/project, ` +
+        'reads and hashes every file, parses package.json; every output is checked, and equal across sides.',
+      '',
+      `Plot: ${png}`
+    ].join('\n')
+    await writeReport({
+      name: 'deploy',
+      title: 'Deploy benchmark: layerd vs docker pull + run',
+      command,
+      load: loadFigures,
+      markdown,
+      data: { ...sides, params, dedup: d, pushes: sources.pushes, labels: SIDE_LABELS }
+    })
+  } finally {
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal)
+    await teardown()
+  }
+}
+
+/** Every image must print the same line on every side. */
+function checkSameOutputs (runs: Map<SideName, NodeRun[]>): void {
+  const seen = new Map<string, { side: string, line: string }>()
+  for (const [side, rs] of runs) {
+    for (const r of rs) {
+      for (const [ref, line] of Object.entries(r.outputs)) {
+        const s = seen.get(ref)
+        if (s === undefined) seen.set(ref, { side, line })
+        else if (s.line !== line) throw new Error(`${ref}: ${side} printed ${JSON.stringify(line)}, ${s.side} printed ${JSON.stringify(s.line)}`)
+      }
+    }
+  }
+}
+
+main().catch(err => {
+  process.stderr.write(`deploy: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`)
+  process.exit(1)
+})
