@@ -29,7 +29,7 @@ import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode } from '../fixtures/layerd-harness.js'
 import { arg, dropPageCaches, fmt, LAYERCTL_JS, markdownTable, MB, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
 
-const REPS = Number(arg('reps', '5'))
+const REPS = Number(arg('reps', '7'))
 const IMAGE = 'bench/python:v1'
 const WORKLOAD = `/usr/bin/python3 -c 'import json, sqlite3, ssl'`
 

@@ -16,12 +16,14 @@
  * inodes dropped: layerd's daemon is restarted and the image remounted, so
  * its lmdb map is not resident; squashfuse_ll and the loop mount are
  * remounted) and then "hot" (the same command again at once).
- * Reports medians and the ratios to squashfuse_ll, and checks that every
- * system produced the same tar byte count.
+ * Reports medians and the ratios to squashfuse_ll, CPU seconds of the
+ * workload and of the serving process (layerd's daemon, squashfuse_ll), the
+ * daemon's major page faults, and checks that every system produced the
+ * same tar byte count.
  *
  * Bench-only: may import anything.
  */
-import { mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode, type LayerdNode } from '../fixtures/layerd-harness.js'
@@ -38,9 +40,38 @@ interface System {
   /** Unmount and mount again (restarting whatever serves it), then drop the page cache. */
   reopenCold: () => Promise<void>
   close: () => Promise<void>
+  /** The process serving the mount (none for the kernel). */
+  serverPid: () => Promise<number | undefined>
 }
 
-interface Sample { workload: string, variant: 'cold' | 'hot', seconds: number, tarBytes?: number }
+interface Sample {
+  workload: string
+  variant: 'cold' | 'hot'
+  seconds: number
+  /** CPU seconds of the workload's own processes (tar, wc, find: kernel squashfs decompresses in their time). */
+  clientCpuSeconds: number
+  /** CPU seconds and major page faults of the serving process during the workload. */
+  serverCpuSeconds?: number
+  serverMajorFaults?: number
+  tarBytes?: number
+}
+
+/** utime + stime (seconds) and majflt of `pid`, from /proc/PID/stat. */
+async function processCounters (pid: number): Promise<{ cpuSeconds: number, majorFaults: number }> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ') // f[0] is field 3
+  return { cpuSeconds: (Number(f[11]) + Number(f[12])) / 100, majorFaults: Number(f[9]) }
+}
+
+/** The squashfuse_ll process serving `mnt` (found by its command line, which names the mountpoint). */
+async function squashfusePid (mnt: string): Promise<number | undefined> {
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    const argv = await readFile(`/proc/${name}/cmdline`, 'utf8').then(c => c.split('\0'), (): string[] => [])
+    if (argv[0]?.endsWith('squashfuse_ll') === true && argv.includes(mnt)) return Number(name)
+  }
+  return undefined
+}
 
 async function ok (node: LayerdNode, ...args: string[]): Promise<string> {
   const r = await node.layerctl(...args)
@@ -61,6 +92,7 @@ async function layerdSystem (work: string, ociLayout: string): Promise<System & 
     name: 'layerd',
     mnt,
     node,
+    serverPid: async () => await node.daemonPid(),
     lmdbResidentAfterDrop: [] as number[],
     fetchedBytes: [] as number[],
     reopenCold: async () => {
@@ -81,10 +113,11 @@ async function layerdSystem (work: string, ociLayout: string): Promise<System & 
   return sys
 }
 
-function squashSystem (name: string, mnt: string, mountCmd: string): System {
+function squashSystem (name: string, mnt: string, mountCmd: string, fuse: boolean): System {
   return {
     name,
     mnt,
+    serverPid: async () => fuse ? await squashfusePid(mnt) : undefined,
     reopenCold: async () => {
       await timeShell(`umount ${shq(mnt)}`)
       await timeShell(mountCmd)
@@ -116,9 +149,9 @@ async function main (): Promise<void> {
     const fuseMount = `squashfuse_ll ${shq(sqfs)} ${shq(fuseMnt)}`
     const kernMount = `mount -t squashfs -o loop,ro ${shq(sqfs)} ${shq(kernMnt)}`
     await timeShell(fuseMount)
-    systems.push(squashSystem('squashfuse_ll', fuseMnt, fuseMount))
+    systems.push(squashSystem('squashfuse_ll', fuseMnt, fuseMount, true))
     await timeShell(kernMount)
-    systems.push(squashSystem('kernel squashfs', kernMnt, kernMount))
+    systems.push(squashSystem('kernel squashfs', kernMnt, kernMount, false))
 
     const workloads = [
       { name: 'read', script: (m: string) => `tar -cf - -C ${shq(m)} . | wc -c` },
@@ -130,9 +163,19 @@ async function main (): Promise<void> {
       run: async (): Promise<Sample[]> => {
         const out: Sample[] = []
         await sys.reopenCold()
+        const pid = await sys.serverPid()
         for (const variant of ['cold', 'hot'] as const) {
+          const before = pid === undefined ? undefined : await processCounters(pid)
           const t = await timeShell(w.script(sys.mnt))
-          out.push({ workload: w.name, variant, seconds: t.seconds, ...(w.name === 'read' ? { tarBytes: Number(t.stdout.trim()) } : {}) })
+          const after = pid === undefined ? undefined : await processCounters(pid)
+          out.push({
+            workload: w.name,
+            variant,
+            seconds: t.seconds,
+            clientCpuSeconds: t.cpuSeconds,
+            ...(before !== undefined && after !== undefined ? { serverCpuSeconds: after.cpuSeconds - before.cpuSeconds, serverMajorFaults: after.majorFaults - before.majorFaults } : {}),
+            ...(w.name === 'read' ? { tarBytes: Number(t.stdout.trim()) } : {})
+          })
         }
         return out
       }
@@ -141,8 +184,14 @@ async function main (): Promise<void> {
     for (const sys of systems) await sys.close()
     systems.length = 0
 
-    const secs = (system: string, workload: string, variant: string): number =>
-      median(samples.get(`${system} ${workload}`)!.flat().filter(s => s.variant === variant).map(s => s.seconds))
+    const pick = (system: string, workload: string, variant: string): Sample[] =>
+      samples.get(`${system} ${workload}`)!.flat().filter(s => s.variant === variant)
+    const secs = (system: string, workload: string, variant: string): number => median(pick(system, workload, variant).map(s => s.seconds))
+    const cpu = (system: string, workload: string, variant: string): string => {
+      const xs = pick(system, workload, variant)
+      const server = median(xs.filter(s => s.serverCpuSeconds !== undefined).map(s => s.serverCpuSeconds!))
+      return `${fmt(median(xs.map(s => s.clientCpuSeconds)))} / ${Number.isNaN(server) ? '–' : fmt(server)}`
+    }
     const tarBytes = new Set([...samples.entries()].filter(([k]) => k.endsWith(' read')).flatMap(([, v]) => v.flat().map(s => s.tarBytes)))
     const figures: Record<string, Record<string, number>> = {}
     const tables: string[] = []
@@ -155,10 +204,10 @@ async function main (): Promise<void> {
         const refCold = secs('squashfuse_ll', w.name, 'cold')
         const refHot = secs('squashfuse_ll', w.name, 'hot')
         const mbps = (s: number): string => w.name === 'read' ? ` (${fmt([...tarBytes][0]! / MB / s, 0)} MB/s)` : ''
-        rows.push([name, `${fmt(cold)}${mbps(cold)}`, fmt(cold / refCold), `${fmt(hot)}${mbps(hot)}`, fmt(hot / refHot)])
+        rows.push([name, `${fmt(cold)}${mbps(cold)}`, fmt(cold / refCold), cpu(name, w.name, 'cold'), `${fmt(hot)}${mbps(hot)}`, fmt(hot / refHot), cpu(name, w.name, 'hot')])
       }
       const title = w.name === 'read' ? '`tar -cf - -C MOUNT . | wc -c` (whole tree)' : '`find MOUNT -ls > /dev/null`'
-      tables.push(`#### ${title}\n\n${markdownTable(['system', 'cold page cache s', '/ squashfuse_ll', 'hot s', '/ squashfuse_ll'], rows)}`)
+      tables.push(`#### ${title}\n\n${markdownTable(['system', 'cold page cache s', '/ squashfuse_ll', 'CPU s client / server', 'hot s', '/ squashfuse_ll', 'CPU s client / server'], rows)}`)
     }
     const ratio = (w: string, v: string): number => figures[`layerd ${w}`]![v]! / figures[`squashfuse_ll ${w}`]![v]!
     const ratios = { readCold: ratio('read', 'cold'), readHot: ratio('read', 'hot'), metadataCold: ratio('metadata', 'cold'), metadataHot: ratio('metadata', 'hot') }
@@ -170,6 +219,11 @@ async function main (): Promise<void> {
       ...tables.flatMap(t => [t, '']),
       `Target (issue 3): layerd within 1.5x of squashfuse_ll on the warm read → **${fmt(ratios.readCold)}x** with a cold page cache, **${fmt(ratios.readHot)}x** hot. ` +
         `Metadata: ${fmt(ratios.metadataCold)}x cold, ${fmt(ratios.metadataHot)}x hot.`,
+      '',
+      'CPU s: median CPU seconds of the workload\'s processes (tar + wc, or find; kernel squashfs decompresses in their system time) / of the serving process (layerd\'s daemon, squashfuse_ll; 10 ms ticks).',
+      '',
+      `layerd's daemon during each cold read: ${pick('layerd', 'read', 'cold').map(s => `${fmt(s.serverCpuSeconds ?? NaN)} CPU s, ${s.serverMajorFaults ?? '?'} major faults`).join('; ')} ` +
+        '(major faults: lmdb map pages read from disk; with the block device\'s readahead each brings in many pages).',
       '',
       `Checks: tar byte count ${[...tarBytes].join(' / ')} (${tarBytes.size === 1 ? 'the same on every system' : '**differs between systems**'}); ` +
         `layerd fetchedBytes per mount during the runs: ${[...new Set(layerd.fetchedBytes)].join(', ')} (0 = all from the warm cache); ` +
