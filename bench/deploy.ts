@@ -150,7 +150,7 @@ async function main (): Promise<void> {
       containers: opt.containers, images: opt.images, nodes: opt.nodes, concurrency: opt.concurrency,
       bandwidthBitsPerSecond: Number.isFinite(opt.link.bitsPerSecond) ? opt.link.bitsPerSecond : null, rttMs: opt.link.rttMs,
       network: describeLink(opt.link), launcher: opt.launcher, tier: 'container', runtime: 'runc', parallelNodes: opt.parallelNodes,
-      sides: opt.sides, nodeDiskBytes: opt.diskBytes, cpus: cpus().length, timeToReadyUnit: 's',
+      sides: opt.sides, nodeDiskBytes: opt.diskBytes, placement: 'node = i mod M; the j-th container of node n runs image (n + j) mod K', cpus: cpus().length, timeToReadyUnit: 's',
       base: 'Debian bookworm minbase + python3 (fixtures python-v1)',
       taskImages: corpus.tasks.map(t => ({ ref: t.ref, files: t.files, projectBytes: t.projectBytes, layerGzipBytes: t.layers.at(-1)!.size })),
       task: ['python3', '-c', TASK_SCRIPT]

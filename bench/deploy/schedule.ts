@@ -1,8 +1,11 @@
 /**
  * How containers are laid out and started, the same for every side:
- * container i runs task image i mod K on node i mod M (a scheduler with no
- * image affinity, as a large cluster's is in effect), and each node starts
- * its containers in index order, at most C at a time.
+ * container i goes to node n = i mod M (round robin: a scheduler with no
+ * image affinity, as a large cluster's is in effect); the j-th container of
+ * node n runs task image (n + j) mod K, so every node cycles through all K
+ * images (i mod K would hand node n only the images ≡ n mod gcd(M, K)) and
+ * each image gets N / K containers (RL rollouts: a group of samples per
+ * task). Each node starts its containers in order, at most C at a time.
  *
  * Time to ready of a container: from the moment its deploy starts (it
  * takes one of the node's C slots) until its task has finished (docker
@@ -24,7 +27,11 @@ export interface Placement<T> {
 export function placeContainers<T> (containers: number, nodes: number, tasks: T[]): Array<Array<Placement<T>>> {
   if (tasks.length === 0) throw new Error('no task images to place')
   const out: Array<Array<Placement<T>>> = Array.from({ length: nodes }, () => [])
-  for (let i = 0; i < containers; i++) out[i % nodes]!.push({ index: i, node: i % nodes, task: tasks[i % tasks.length]! })
+  for (let i = 0; i < containers; i++) {
+    const node = i % nodes
+    const j = Math.floor(i / nodes)
+    out[node]!.push({ index: i, node, task: tasks[(node + j) % tasks.length]! })
+  }
   return out
 }
 

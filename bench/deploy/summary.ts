@@ -34,7 +34,7 @@ export interface SideSummary {
   fetches?: number
   bytesUploaded?: number
   perNode: Array<Omit<NodeRun, 'timings' | 'outputs'>>
-  /** Every container: index (image = index mod K, node = index mod M), start, time to ready and end, ms. */
+  /** Every container: index, node (image: schedule.ts placeContainers), start, time to ready and end, ms. */
   containerTimings: Array<[index: number, node: number, startMs: number, readyMs: number, endMs: number]>
   /** Seconds until the k-th container was ready, k = 1..N. */
   readiness: number[]
