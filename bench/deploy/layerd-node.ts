@@ -82,14 +82,14 @@ export class LayerdNode {
       image, tier: 'container', home: this.opts.home, store: this.opts.store,
       ...(this.opts.s3Endpoint === undefined ? {} : { s3Endpoint: this.opts.s3Endpoint })
     })
+    let result: { stdout: string, exitCode: number, readyMs: number }
     try {
       const r = await sandbox.exec({ cmd })
-      const readyMs = performance.now() - t0
-      await sandbox.destroy()
-      return { stdout: r.stdout.toString(), exitCode: r.exitCode, readyMs, doneMs: performance.now() - t0 }
+      result = { stdout: r.stdout.toString(), exitCode: r.exitCode, readyMs: performance.now() - t0 }
     } finally {
       await sandbox.destroy()
     }
+    return { ...result, doneMs: performance.now() - t0 }
   }
 
   /** Node-wide fetch counters. Async. */
