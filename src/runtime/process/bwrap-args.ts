@@ -1,7 +1,8 @@
 /**
  * The bubblewrap command line for one exec in a process-tier sandbox.
  *
- * - The merged overlay is bound as `/`; a fresh /proc (own pid namespace),
+ * - The merged overlay is bound as `/`; a fresh /proc (own pid namespace)
+ *   with /proc/sys read-only (bwrap itself leaves it writable for uid 0),
  *   a minimal /dev (null, zero, full, random, urandom, tty, pts, shm), a
  *   size-capped /dev/shm; no /sys and no other host path.
  * - New pid, mount, ipc, uts, net (loopback only) and cgroup namespaces;
@@ -45,6 +46,10 @@ export function bwrapInvocation (ctx: ExecContext, o: BwrapOptions): { argv: str
   const args = [
     '--bind', o.merged, '/',
     '--proc', '/proc',
+    // bwrap covers /proc/sys read-only only when access(W_OK) succeeds, which the sysctl root dir always refuses;
+    // without this, root (uid 0, even without capabilities) writes host-wide sysctls. The bind is of the host's
+    // /proc/sys, whose entries resolve per the reader's namespaces (net, uts, ipc, pid), as for any process.
+    '--ro-bind', '/proc/sys', '/proc/sys',
     '--dev', '/dev',
     '--perms', '1777', '--size', String(o.devShmBytes), '--tmpfs', '/dev/shm',
     '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-net', '--unshare-cgroup',
