@@ -4,7 +4,7 @@
  * spans, so the bench can measure dedup, stored size and read locality.
  *
  * The `stream`, `per-file` and `hybrid` candidates cut exactly as push does
- * (src/image/chunking-strategy.ts: an isolated file flushes the chunker
+ * (as push did before it settled on per-file chunking: an isolated file flushes the chunker
  * before and after it); the others are baselines or alternatives.
  *
  * Bench-only: may import anything.

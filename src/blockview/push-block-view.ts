@@ -19,9 +19,9 @@ import { layerKey } from '../format/keys.js'
 import type { ObjectStore } from '../store/object-store.js'
 import type { NodeDb } from '../state/node-db.js'
 import { BlobPacker } from '../image/blob-packer.js'
-import { ChunkEncoderPool } from '../image/chunk-encoder.js'
+import { ChunkingPool, DEFAULT_CHUNKING } from '../image/chunking-pool.js'
 import { ChunkIndex } from '../image/chunk-index.js'
-import { DEFAULT_CHUNKING, type ChunkingStrategy } from '../image/chunking-strategy.js'
+import type { ChunkingParams } from '../image/file-chunking.js'
 import { writeLayer, type LayerWriteStats } from '../image/layer-writer.js'
 import { encodeTocObject } from '../image/metadata-objects.js'
 import type { LayerEntry, LayerSource } from '../image/sources/image-source.js'
@@ -35,9 +35,8 @@ const BLOCK_VIEW_MODE = 0o444
 export interface PushBlockViewOptions {
   store: ObjectStore
   db: NodeDb
-  strategy?: ChunkingStrategy
-  /** zstd level for chunks. Default 3. */
-  level?: number
+  /** Chunk sizes and zstd level; default: push's (DEFAULT_CHUNKING). */
+  chunking?: ChunkingParams
   /** Encoder worker threads; 0 encodes inline. */
   workers?: number
 }
@@ -101,16 +100,16 @@ export async function pushBlockView (rawPath: string, opts: PushBlockViewOptions
   const source = new BlockViewSource(rawPath, size)
   const index = new ChunkIndex(opts.db, store.url)
   await index.sync(store)
-  const encoder = new ChunkEncoderPool({ level: opts.level ?? 3, workers: opts.workers })
+  const chunking = new ChunkingPool({ params: opts.chunking ?? DEFAULT_CHUNKING, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
   const packer = new BlobPacker(store, index)
   try {
-    const { toc, stats } = await writeLayer(source, { encoder, packer, index, session: new Map(), strategy: opts.strategy ?? DEFAULT_CHUNKING })
+    const { toc, stats } = await writeLayer(source, { chunking, packer, index, session: new Map() })
     const object = encodeTocObject(toc)
     const key = layerKey(digestHex(object.digest))
     const existed = (await store.stat(key)) !== undefined
     if (!existed) await store.put(key, object.bytes)
     return { digest: object.digest, rawDigest: source.diffId(), sizeBytes: size, existed, stats }
   } finally {
-    await encoder.close()
+    await chunking.close()
   }
 }

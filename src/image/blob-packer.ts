@@ -15,7 +15,7 @@ import type { ObjectStore } from '../store/object-store.js'
 import type { BlobChunk } from './blob-index.js'
 import { putBlobIndex } from './blob-index.js'
 import type { ChunkIndex } from './chunk-index.js'
-import type { EncodedChunk } from './chunk-encoder.js'
+import type { EncodedChunk } from './chunking-pool.js'
 
 /** A blob being filled; `digest` is set when it is sealed. */
 export interface PackHandle { digest: string | undefined }

@@ -19,9 +19,9 @@ import type { LayerToc } from '../format/toc.js'
 import type { ObjectStore } from '../store/object-store.js'
 import type { NodeDb } from '../state/node-db.js'
 import { BlobPacker } from './blob-packer.js'
-import { ChunkEncoderPool } from './chunk-encoder.js'
+import { ChunkingPool, DEFAULT_CHUNKING } from './chunking-pool.js'
+import type { ChunkingParams } from './file-chunking.js'
 import { ChunkIndex } from './chunk-index.js'
-import { DEFAULT_CHUNKING, type ChunkingStrategy } from './chunking-strategy.js'
 import { writeLayer, type LayerWriteStats, type PushSession } from './layer-writer.js'
 import { encodeManifestObject, encodeTocObject } from './metadata-objects.js'
 import { updateRef } from './refs.js'
@@ -38,10 +38,9 @@ export interface PushProgress {
 export interface PushOptions extends OpenImageSourceOptions {
   store: ObjectStore
   db: NodeDb
-  strategy?: ChunkingStrategy
-  /** zstd level for chunks. */
-  level?: number
-  /** Encoder worker threads; 0 encodes inline. */
+  /** Chunk sizes and zstd level; default per-file FastCDC 8/32/128 KiB, level 3 (bench/chunking.ts). */
+  chunking?: ChunkingParams
+  /** Chunking worker threads; 0 works inline. */
   workers?: number
   packBytes?: number
   progress?: PushProgress
@@ -82,7 +81,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
   const { store } = opts
   const index = new ChunkIndex(opts.db, store.url)
   await index.sync(store)
-  const encoder = new ChunkEncoderPool({ level: opts.level ?? 3, workers: opts.workers })
+  const chunking = new ChunkingPool({ params: opts.chunking ?? DEFAULT_CHUNKING, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
   const packer = new BlobPacker(store, index, { targetBytes: opts.packBytes })
   const session: PushSession = new Map()
   const tocs: LayerToc[] = []
@@ -93,7 +92,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
     for (const [i, layer] of source.layers.entries()) {
       opts.progress?.layerStart?.(i, count, layer.name, layer.inputBytes)
       const { toc, stats } = await writeLayer(layer, {
-        encoder, packer, index, session, strategy: opts.strategy ?? DEFAULT_CHUNKING,
+        chunking, packer, index, session,
         onProgress: bytes => opts.progress?.layerBytes?.(i, bytes)
       })
       const object = encodeTocObject(toc)
@@ -109,7 +108,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
       opts.progress?.layerDone?.(i, count, pushed)
     }
   } finally {
-    await encoder.close()
+    await chunking.close()
   }
   const base = opts.onto?.image
   const conflicts = mergeLayers([...(base?.tocs ?? []), ...tocs]).conflicts

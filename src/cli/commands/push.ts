@@ -3,25 +3,21 @@ import { UsageError } from '../../errors.js'
 import { shortDigest } from '../../format/digest.js'
 import { formatRef, parseRef } from '../../format/ref.js'
 import { pushImage, type PushedLayer, type PushProgress } from '../../image/push.js'
-import type { ChunkingStrategy } from '../../image/chunking-strategy.js'
-import { DEFAULT_CHUNKING } from '../../image/chunking-strategy.js'
 import type { Command, CommandContext } from '../command.js'
 import { formatBytes, parseSize } from '../human-units.js'
 
 export const pushCommand: Command = {
   name: 'push',
   summary: 'push an OCI layout, OCI archive, docker-archive, rootfs tar (plain/gzip/zstd) or directory as NAME:TAG',
-  usage: 'layerctl push SRC NAME:TAG [--strict] [--chunking stream|per-file|hybrid] [--max-layer-size SIZE]',
+  usage: 'layerctl push SRC NAME:TAG [--strict] [--max-layer-size SIZE]',
   options: {
     strict: { type: 'boolean' },
-    chunking: { type: 'string' },
     'max-layer-size': { type: 'string' }
   },
   async run (ctx, { values, positionals }) {
     if (positionals.length !== 2) throw new UsageError(`push takes SRC and NAME:TAG; usage: ${this.usage}`)
     const [src, name] = positionals as [string, string]
     const ref = parseRef(name)
-    const strategy = chunkingFlag(values.chunking as string | undefined)
     const maxLayer = values['max-layer-size'] === undefined ? undefined : parseSize(values['max-layer-size'] as string)
     if (maxLayer === null || (values['max-layer-size'] !== undefined && maxLayer === undefined)) {
       throw new UsageError(`invalid --max-layer-size ${JSON.stringify(values['max-layer-size'])}: use a size such as 10G`)
@@ -30,7 +26,6 @@ export const pushCommand: Command = {
     const result = await pushImage(src, ref, {
       store: ctx.store(),
       db: ctx.db(),
-      strategy,
       strict: values.strict === true,
       ...(maxLayer === undefined ? {} : { limits: { maxLayerBytes: maxLayer } }),
       warn: message => ctx.err(`layerctl push: warning: ${message}`),
@@ -46,14 +41,6 @@ export const pushCommand: Command = {
     }
     return 0
   }
-}
-
-function chunkingFlag (kind: string | undefined): ChunkingStrategy {
-  if (kind === undefined) return DEFAULT_CHUNKING
-  if (kind !== 'stream' && kind !== 'per-file' && kind !== 'hybrid') {
-    throw new UsageError(`invalid --chunking ${JSON.stringify(kind)}: use stream, per-file or hybrid`)
-  }
-  return { ...DEFAULT_CHUNKING, kind }
 }
 
 /** Per-layer result lines on stdout; a live progress line on stderr when it is a terminal. */

@@ -1,0 +1,154 @@
+/**
+ * ChunkingPool: push's worker threads. The main thread parses the input and
+ * hands each file's bytes over in pieces; workers chunk, hash and compress
+ * (file-chunking.ts), so both cores work and the main thread stays free
+ * for tar parsing, dedup and uploads.
+ *
+ * A file's pieces all go to one worker, in order (its chunker state lives
+ * there). Pieces are copied into per-worker batches of about BATCH_BYTES,
+ * transferred (not cloned) to the worker; results are transferred back.
+ *
+ * May import: src/format/, this folder.
+ */
+import { availableParallelism } from 'node:os'
+import { Worker } from 'node:worker_threads'
+import { DEFAULT_FASTCDC_OPTIONS } from '../format/chunker.js'
+import { FileChunker, type ChunkedBatch, type ChunkingParams } from './file-chunking.js'
+
+export interface EncodedChunk {
+  /** sha256 hex of the plain bytes. */
+  digest: string
+  length: number
+  /** One zstd frame, owned by the caller. */
+  compressed: Uint8Array
+}
+
+export const DEFAULT_CHUNKING: ChunkingParams = { level: 3, cdc: DEFAULT_FASTCDC_OPTIONS }
+const BATCH_BYTES = 1024 * 1024
+/** The empty piece that ends a file whose last bytes were already pushed. */
+export const NO_BYTES = new Uint8Array(0)
+
+interface Batch { buf: Uint8Array, bytes: number, files: number[], ends: number[], last: boolean[], waiters: Array<(r: EncodedChunk[]) => void>, fail: Array<(e: Error) => void> }
+
+function newBatch (): Batch {
+  return { buf: Buffer.allocUnsafeSlow(BATCH_BYTES), bytes: 0, files: [], ends: [], last: [], waiters: [], fail: [] }
+}
+
+export class ChunkingPool {
+  readonly #workers: Worker[] = []
+  readonly #inline: FileChunker | undefined
+  /** Bytes out at each worker (for routing new files) and batches out (to keep the process alive while any is). */
+  readonly #outstanding: number[] = []
+  readonly #batchesOut: number[] = []
+  readonly #batches: Batch[] = []
+  readonly #sent = new Map<number, Batch>()
+  readonly #fileWorker = new Map<number, number>()
+  #nextId = 0
+  #closed = false
+
+  /** `workers: 0` does the work inline on the calling thread (tests, tiny inputs). */
+  constructor (opts: { params?: ChunkingParams, workers?: number } = {}) {
+    const params = opts.params ?? DEFAULT_CHUNKING
+    const n = opts.workers ?? Math.max(1, Math.min(4, availableParallelism()))
+    if (n === 0) this.#inline = new FileChunker(params)
+    for (let i = 0; i < n; i++) {
+      const w = new Worker(new URL('./file-chunking-worker.js', import.meta.url), { workerData: params })
+      w.on('message', (msg: ChunkedBatch & { id: number }) => this.#onResult(i, msg))
+      w.on('error', err => this.#failAll(err))
+      w.unref()
+      this.#workers.push(w)
+      this.#outstanding.push(0)
+      this.#batchesOut.push(0)
+      this.#batches.push(newBatch())
+    }
+  }
+
+  /**
+   * The next piece of file `file` (any id unique within the push); `last`
+   * ends the file (the piece may be empty). Resolves with the chunks this
+   * piece completed, in order. The bytes are copied before this returns.
+   * Results may wait in a batch: call `flush()` before awaiting the newest.
+   */
+  push (file: number, piece: Uint8Array, last: boolean): Promise<EncodedChunk[]> {
+    if (this.#closed) return Promise.reject(new Error('ChunkingPool is closed'))
+    if (this.#inline !== undefined) {
+      const out = this.#inline.process({ data: piece.slice(), files: [file], ends: [piece.length], last: [last] })
+      return Promise.resolve(split(out, 0, out.counts[0]!))
+    }
+    let w = this.#fileWorker.get(file)
+    if (w === undefined) {
+      w = this.#outstanding.indexOf(Math.min(...this.#outstanding))
+      this.#fileWorker.set(file, w)
+    }
+    if (last) this.#fileWorker.delete(file)
+    const result = new Promise<EncodedChunk[]>((resolve, reject) => {
+      let batch = this.#batches[w]!
+      if (batch.bytes + piece.length > batch.buf.length && batch.files.length > 0) { this.#send(w); batch = this.#batches[w]! }
+      if (piece.length > batch.buf.length) batch.buf = Buffer.allocUnsafeSlow(piece.length) // an unusually large piece gets a batch of its own
+      batch.buf.set(piece, batch.bytes)
+      batch.bytes += piece.length
+      batch.files.push(file)
+      batch.ends.push(batch.bytes)
+      batch.last.push(last)
+      batch.waiters.push(resolve)
+      batch.fail.push(reject)
+      if (batch.bytes >= BATCH_BYTES) this.#send(w)
+    })
+    result.catch(() => {}) // a caller that gave up (failed push) must not leave an unhandled rejection
+    return result
+  }
+
+  /** Send every partly filled batch now. Sync. */
+  flush (): void {
+    for (let w = 0; w < this.#workers.length; w++) if (this.#batches[w]!.files.length > 0) this.#send(w)
+  }
+
+  #send (w: number): void {
+    const batch = this.#batches[w]!
+    this.#batches[w] = newBatch()
+    const id = this.#nextId++
+    this.#sent.set(id, batch)
+    this.#outstanding[w]! += batch.bytes
+    if (this.#batchesOut[w]!++ === 0) this.#workers[w]!.ref() // keep the process alive while a batch is out
+    this.#workers[w]!.postMessage(
+      { id, data: batch.buf.buffer, length: batch.bytes, files: batch.files, ends: batch.ends, last: batch.last },
+      [batch.buf.buffer as ArrayBuffer])
+  }
+
+  #onResult (w: number, msg: ChunkedBatch & { id: number }): void {
+    const batch = this.#sent.get(msg.id)
+    if (batch === undefined) return
+    this.#sent.delete(msg.id)
+    this.#outstanding[w]! -= batch.bytes
+    if (--this.#batchesOut[w]! === 0) this.#workers[w]!.unref()
+    let first = 0
+    msg.counts.forEach((count, i) => {
+      batch.waiters[i]!(split(msg, first, count))
+      first += count
+    })
+  }
+
+  #failAll (err: Error): void {
+    for (const batch of this.#sent.values()) for (const f of batch.fail) f(err)
+    this.#sent.clear()
+  }
+
+  /** Stop the workers. Idempotent; pending pieces reject. */
+  async close (): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    this.#failAll(new Error('ChunkingPool closed'))
+    for (const b of this.#batches) for (const f of b.fail) f(new Error('ChunkingPool closed'))
+    await Promise.all(this.#workers.map(w => w.terminate()))
+  }
+}
+
+function split (batch: ChunkedBatch, first: number, count: number): EncodedChunk[] {
+  const data = new Uint8Array(batch.data)
+  const out: EncodedChunk[] = []
+  for (let k = first; k < first + count; k++) {
+    const start = k === 0 ? 0 : batch.frameEnds[k - 1]!
+    out.push({ digest: batch.digests[k]!, length: batch.lengths[k]!, compressed: data.subarray(start, batch.frameEnds[k]!) })
+  }
+  return out
+}

@@ -1,0 +1,10 @@
+/** Worker thread body for ChunkingPool: a FileChunker per worker. */
+import { parentPort, workerData } from 'node:worker_threads'
+import { FileChunker, type ChunkingParams, type PieceBatch } from './file-chunking.js'
+
+const chunker = new FileChunker(workerData as ChunkingParams)
+
+parentPort!.on('message', (msg: { id: number, data: ArrayBuffer, length: number } & Omit<PieceBatch, 'data'>) => {
+  const out = chunker.process({ data: new Uint8Array(msg.data, 0, msg.length), files: msg.files, ends: msg.ends, last: msg.last })
+  parentPort!.postMessage({ id: msg.id, ...out }, [out.data])
+})

@@ -1,0 +1,83 @@
+/**
+ * The CPU-heavy half of push, run on worker threads (or inline): cut each
+ * file's bytes into content-defined chunks (per-file FastCDC), hash each
+ * chunk (its id) and compress it into one independent zstd frame.
+ *
+ * Input is a batch of file pieces; pieces of one file arrive in order, on
+ * the same FileChunker, which keeps each open file's chunker until its last
+ * piece. Output: for every piece, the chunks it completed.
+ *
+ * May import: src/format/, zstd-napi, node built-ins.
+ */
+import { createHash } from 'node:crypto'
+import { Compressor } from 'zstd-napi'
+import { FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
+
+export interface ChunkingParams {
+  /** zstd level of chunk frames. */
+  level: number
+  cdc: FastCdcOptions
+}
+
+/** A batch of pieces packed back to back in `data`: piece i is [ends[i-1], ends[i]) of file `files[i]`. */
+export interface PieceBatch {
+  data: Uint8Array
+  files: number[]
+  ends: number[]
+  /** Piece i is its file's last. */
+  last: boolean[]
+}
+
+export interface ChunkedBatch {
+  /** Per chunk, in order: sha256 hex of the plain bytes, plain length, end of its frame in `data`. */
+  digests: string[]
+  lengths: number[]
+  frameEnds: number[]
+  data: ArrayBuffer
+  /** How many of the chunks each piece completed. */
+  counts: number[]
+}
+
+export class FileChunker {
+  readonly #params: ChunkingParams
+  readonly #open = new Map<number, FastCdcChunker>()
+  readonly #compressor = new Compressor()
+
+  constructor (params: ChunkingParams) {
+    this.#params = params
+    this.#compressor.setParameters({ compressionLevel: params.level })
+  }
+
+  /** Sync. The chunker keeps views of `batch.data` for chunks still open: the caller must not reuse it. */
+  process (batch: PieceBatch): ChunkedBatch {
+    const digests: string[] = []
+    const lengths: number[] = []
+    const frames: Buffer[] = []
+    const counts: number[] = []
+    let start = 0
+    batch.files.forEach((file, i) => {
+      const end = batch.ends[i]!
+      let chunker = this.#open.get(file)
+      if (chunker === undefined) { chunker = new FastCdcChunker(this.#params.cdc); this.#open.set(file, chunker) }
+      const done = chunker.push(batch.data.subarray(start, end))
+      if (batch.last[i] === true) {
+        const tail = chunker.flush()
+        if (tail !== undefined) done.push(tail)
+        this.#open.delete(file)
+      }
+      for (const chunk of done) {
+        digests.push(createHash('sha256').update(chunk).digest('hex'))
+        lengths.push(chunk.length)
+        frames.push(this.#compressor.compress(chunk))
+      }
+      counts.push(done.length)
+      start = end
+    })
+    const data = new ArrayBuffer(frames.reduce((n, f) => n + f.length, 0))
+    const view = new Uint8Array(data)
+    const frameEnds: number[] = []
+    let pos = 0
+    for (const f of frames) { view.set(f, pos); pos += f.length; frameEnds.push(pos) }
+    return { digests, lengths, frameEnds, data, counts }
+  }
+}
