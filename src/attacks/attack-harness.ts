@@ -21,6 +21,7 @@ import type { Test } from 'tap'
 import { ensureDebianImages, type DebianImage } from '../../fixtures/debian-images.js'
 import { acquireLock, fixturesDir } from '../../fixtures/fixture-cache.js'
 import { layerdNode, type LayerdNode } from '../../fixtures/layerd-harness.js'
+import { runCommand } from '../../fixtures/run-command.js'
 import { connectDaemon } from '../daemon/daemon-launcher.js'
 import { digestHex } from '../format/digest.js'
 import { parseRef } from '../format/ref.js'
@@ -119,7 +120,12 @@ export async function startAttackNode (t: Test, name = 'node', opts: { storeDir?
   const onExit = (): void => { try { if (pid !== undefined) process.kill(pid, 'SIGTERM') } catch {} }
   process.once('exit', onExit)
   // Stops whichever daemon serves this home by then (a test may have killed and restarted it).
-  t.teardown(async () => { await layerd.stopDaemon(); process.off('exit', onExit) })
+  t.teardown(async () => {
+    await layerd.stopDaemon()
+    process.off('exit', onExit)
+    // Safety net for a test that failed half-way (a killed daemon leaves its dead mount): the next run must find nothing mounted.
+    for (const m of await mountsUnder(home)) await runCommand('umount', ['-l', m]).catch(() => {})
+  })
   return {
     home,
     storeDir,

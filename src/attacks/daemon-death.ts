@@ -1,0 +1,61 @@
+/**
+ * Attack 7: layerd dies (SIGKILL) while a sandbox reads image files. The
+ * sandbox's processes are not layerd's children, so they live on; their
+ * reads of the image fail with an error (the kernel aborts the dead FUSE
+ * connection: ENOTCONN/ECONNABORTED/EIO) within a stated bound, never
+ * hang. The next `createSandbox` starts layerd again, which cleans the dead
+ * mount, mounts the image again and serves new sandboxes. The orphaned
+ * sandbox cannot be revived (its overlay holds the dead mount) but is
+ * destroyed cleanly.
+ *
+ * May import: ./attack-harness.ts, ./containment.ts, src/, tap (types).
+ */
+import type { Test } from 'tap'
+import { mountsUnder } from '../runtime/overlay/mount-table.js'
+import type { Tier } from '../runtime/sandbox.js'
+import { describe, sh, type AttackNode } from './attack-harness.js'
+import { assertContained, takeBaseline } from './containment.js'
+
+/** A reader must get its error within this of the kill. */
+export const READ_ERROR_BOUND_MS = 10_000
+/** A new sandbox (layerd restarted by createSandbox, image mounted again) must run within this. */
+export const RECOVERY_BOUND_MS = 30_000
+
+const READER = 'while :; do cat /usr/bin/python3.11 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/python3.11/typing.py > /dev/null || exit 3; done'
+const FUSE_GONE = /Transport endpoint is not connected|Software caused connection abort|Input\/output error|No such device/
+
+/** The whole attack on one Linux tier (the node is this test's own: its layerd is killed). */
+export async function daemonDeathAttack (t: Test, node: AttackNode, tier: Tier): Promise<void> {
+  const victim = await node.sandbox(t, tier)
+  const mount = node.imageMount(victim)
+  const before = await takeBaseline(node)
+  const reading = sh(victim, READER, { timeoutMs: 60_000 })
+  await new Promise(resolve => setTimeout(resolve, 700))
+  const killedAt = performance.now()
+  await node.layerd.killDaemon()
+  const r = await reading
+  const errorMs = performance.now() - killedAt
+  t.equal(r.exitCode, 3, `the reader's cat failed and it exited: ${describe(r)}`)
+  t.equal(r.timedOut, false, 'no hang')
+  t.ok(errorMs < READ_ERROR_BOUND_MS, `the reader got its error ${Math.round(errorMs)} ms after the kill (bound ${READ_ERROR_BOUND_MS} ms)`)
+  t.match(r.stderr.toString(), FUSE_GONE, 'with a clean error from the dead mount')
+
+  // exec() reads the image's /etc/passwd (through the dead mount) before it starts anything: it may reject instead.
+  const lateStarted = performance.now()
+  const late = await sh(victim, 'cat /etc/os-release', { timeoutMs: READ_ERROR_BOUND_MS }).then(x => describe(x), (err: Error) => `rejected: ${err.message}`)
+  t.ok(performance.now() - lateStarted < READ_ERROR_BOUND_MS, `a new command in the orphaned sandbox fails without hanging: ${late}`)
+  t.notMatch(late, /^exit 0 /, '… it fails')
+
+  const started = performance.now()
+  const next = await node.sandbox(t, tier) // no layerd running: createSandbox starts one
+  const py = await sh(next, 'python3 -c "import json; print(json.dumps(2+2))"', { timeoutMs: RECOVERY_BOUND_MS })
+  const recoveryMs = performance.now() - started
+  t.equal(py.stdout.toString(), '4\n', `a new sandbox runs python3: ${describe(py)}`)
+  t.ok(recoveryMs < RECOVERY_BOUND_MS, `layerd came back and served a new sandbox in ${Math.round(recoveryMs)} ms`)
+  t.not(await node.layerd.daemonPid(), before.daemonPid, 'a new layerd process serves the node')
+  t.equal(node.imageMount(next), mount, 'the image is mounted again at the same place')
+
+  await victim.destroy()
+  t.same(await mountsUnder(victim.stateDir), [], 'the orphaned sandbox is destroyed cleanly (no mount left)')
+  await assertContained(t, node, before, { mounts: [mount], daemonRestarted: true })
+}
