@@ -14,9 +14,7 @@
  * May import: src/errors.ts, ./object-store.ts, ./object-key.ts,
  * ./s3-errors.ts, @aws-sdk/client-s3.
  */
-import {
-  DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client
-} from '@aws-sdk/client-s3'
+import type { S3Client, S3ClientConfig } from '@aws-sdk/client-s3'
 import { CorruptObjectError, UsageError } from '../errors.js'
 import {
   assertValidKey, assertValidPrefix, assertValidRange, shortObjectMessage
@@ -54,7 +52,8 @@ export class S3ObjectStore implements ObjectStore {
   readonly url: string
   readonly bucket: string
   readonly #keyPrefix: string
-  readonly #client: S3Client
+  readonly #config: S3ClientConfig
+  #sdk: Promise<{ client: S3Client, sdk: typeof import('@aws-sdk/client-s3') }> | undefined
   readonly #requestTimeoutMs: number
   #closed = false
 
@@ -70,7 +69,7 @@ export class S3ObjectStore implements ObjectStore {
     // project pins Node 20, and CLI output must stay one line per error.
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true'
     const agent = { keepAlive: true, maxSockets: options.maxSockets ?? S3_MAX_SOCKETS }
-    this.#client = new S3Client({
+    this.#config = {
       region: options.region ?? process.env.AWS_REGION ?? process.env.AWS_DEFAULT_REGION ?? DEFAULT_S3_REGION,
       ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
       ...(options.credentials !== undefined ? { credentials: options.credentials } : {}),
@@ -88,13 +87,29 @@ export class S3ObjectStore implements ObjectStore {
         httpAgent: agent,
         httpsAgent: agent
       }
-    })
+    }
+  }
+
+  /**
+   * The SDK client, created on first use: importing @aws-sdk/client-s3
+   * costs about 0.2 s of CPU, which every `layerctl` command on a file://
+   * store would otherwise pay.
+   */
+  async #client (): Promise<{ client: S3Client, sdk: typeof import('@aws-sdk/client-s3') }> {
+    this.#sdk ??= import('@aws-sdk/client-s3').then(sdk => ({ client: new sdk.S3Client(this.#config), sdk }))
+    return await this.#sdk
+  }
+
+  /** One SDK command; the output is typed loosely (the SDK's command generics do not survive a lazy import). */
+  async #send (make: (sdk: typeof import('@aws-sdk/client-s3')) => object, options?: { requestTimeout: number }): Promise<any> {
+    const { client, sdk } = await this.#client()
+    return await (client.send as (command: object, options?: object) => Promise<unknown>).call(client, make(sdk), options)
   }
 
   async get (key: string): Promise<Buffer> {
     this.#check('get', key)
     try {
-      const res = await this.#client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
+      const res = await this.#send(sdk => new sdk.GetObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
       return await readBody(res.Body)
     } catch (err) {
       throw classifyS3Error(err, 'get', key, this.url)
@@ -113,7 +128,7 @@ export class S3ObjectStore implements ObjectStore {
     }
     let data: Buffer
     try {
-      const res = await this.#client.send(new GetObjectCommand({
+      const res = await this.#send(sdk => new sdk.GetObjectCommand({
         Bucket: this.bucket, Key: this.#keyPrefix + key, Range: `bytes=${offset}-${offset + length - 1}`
       }))
       data = await readBody(res.Body)
@@ -132,7 +147,7 @@ export class S3ObjectStore implements ObjectStore {
     this.#check('put', key)
     const requestTimeout = this.#requestTimeoutMs + Math.ceil(data.length / MIN_UPLOAD_BYTES_PER_SECOND) * 1000
     try {
-      await this.#client.send(new PutObjectCommand({
+      await this.#send(sdk => new sdk.PutObjectCommand({
         Bucket: this.bucket, Key: this.#keyPrefix + key, Body: data, ContentLength: data.length
       }), { requestTimeout })
     } catch (err) {
@@ -143,7 +158,7 @@ export class S3ObjectStore implements ObjectStore {
   async stat (key: string): Promise<ObjectStat | undefined> {
     this.#check('stat', key)
     try {
-      const res = await this.#client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
+      const res = await this.#send(sdk => new sdk.HeadObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
       return { size: res.ContentLength ?? 0 }
     } catch (err) {
       const classified = classifyS3Error(err, 'stat', key, this.url)
@@ -159,10 +174,10 @@ export class S3ObjectStore implements ObjectStore {
     do {
       let keys: string[]
       try {
-        const res = await this.#client.send(new ListObjectsV2Command({
+        const res = await this.#send(sdk => new sdk.ListObjectsV2Command({
           Bucket: this.bucket, Prefix: this.#keyPrefix + prefix, ContinuationToken: continuationToken
         }))
-        keys = (res.Contents ?? []).map(o => o.Key ?? '').filter(k => k.startsWith(this.#keyPrefix))
+        keys = ((res.Contents ?? []) as Array<{ Key?: string }>).map(o => o.Key ?? '').filter(k => k.startsWith(this.#keyPrefix))
         continuationToken = res.IsTruncated === true ? res.NextContinuationToken : undefined
       } catch (err) {
         throw classifyS3Error(err, 'list', prefix, this.url)
@@ -174,7 +189,7 @@ export class S3ObjectStore implements ObjectStore {
   async delete (key: string): Promise<void> {
     this.#check('delete', key)
     try {
-      await this.#client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
+      await this.#send(sdk => new sdk.DeleteObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
     } catch (err) {
       const classified = classifyS3Error(err, 'delete', key, this.url)
       if (classified.code !== 'ERR_NOT_FOUND') throw classified
@@ -184,7 +199,7 @@ export class S3ObjectStore implements ObjectStore {
   async close (): Promise<void> {
     if (this.#closed) return
     this.#closed = true
-    this.#client.destroy()
+    if (this.#sdk !== undefined) (await this.#sdk).client.destroy()
   }
 
   #check (op: S3StoreOp, key: string): void {
