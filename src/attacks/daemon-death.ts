@@ -38,7 +38,7 @@ export async function daemonDeathAttack (t: Test, node: AttackNode, tier: Tier):
   t.equal(r.exitCode, 3, `the reader's cat failed and it exited: ${describe(r)}`)
   t.equal(r.timedOut, false, 'no hang')
   t.ok(errorMs < READ_ERROR_BOUND_MS, `the reader got its error ${Math.round(errorMs)} ms after the kill (bound ${READ_ERROR_BOUND_MS} ms)`)
-  t.match(r.stderr.toString(), FUSE_GONE, 'with a clean error from the dead mount')
+  t.match(r.stderr.toString(), FUSE_GONE, `with a clean error from the dead mount: ${r.stderr.toString().slice(0, 500)}`)
 
   // exec() reads the image's /etc/passwd (through the dead mount) before it starts anything: it may reject instead.
   const lateStarted = performance.now()
@@ -58,4 +58,5 @@ export async function daemonDeathAttack (t: Test, node: AttackNode, tier: Tier):
   await victim.destroy()
   t.same(await mountsUnder(victim.stateDir), [], 'the orphaned sandbox is destroyed cleanly (no mount left)')
   await assertContained(t, node, before, { mounts: [mount], daemonRestarted: true })
+  await next.destroy()
 }
