@@ -8,6 +8,7 @@
  * | layers/<hex>                 | zstd(layer TOC), addressed by its sha256    |
  * | manifests/<hex>              | zstd(image manifest), addressed by sha256   |
  * | refs/<urlencoded name>/<tag> | ref record (JSON): current + history        |
+ * | layer-by-diff/<diff_id hex>  | the TOC digest of a layer pushed from a tar with that diff_id (a hint: verified on use) |
  *
  * Every content-addressed object is verified against its key on read.
  */
@@ -18,11 +19,13 @@ export const BLOB_INDEX_PREFIX = 'blob-index/'
 export const LAYERS_PREFIX = 'layers/'
 export const MANIFESTS_PREFIX = 'manifests/'
 export const REFS_PREFIX = 'refs/'
+export const LAYER_BY_DIFF_PREFIX = 'layer-by-diff/'
 
 export const blobKey = (hex: string): string => BLOBS_PREFIX + hex
 export const blobIndexKey = (hex: string): string => BLOB_INDEX_PREFIX + hex
 export const layerKey = (hex: string): string => LAYERS_PREFIX + hex
 export const manifestKey = (hex: string): string => MANIFESTS_PREFIX + hex
+export const layerByDiffKey = (diffHex: string): string => LAYER_BY_DIFF_PREFIX + diffHex
 export const refKey = (ref: ImageRef): string => `${REFS_PREFIX}${encodeURIComponent(ref.name)}/${ref.tag}`
 
 /** Inverse of refKey for listings; undefined for keys that are not refs. */

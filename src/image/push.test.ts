@@ -140,3 +140,25 @@ t.test('pushImage() leaves no ref when the store fails mid-push, and a rerun upl
   t.equal(toc.entries.length, 8)
   t.ok(await memory.stat(layerKey(digestHex(rerun.layers[0]!.digest))))
 })
+
+t.test('pushImage() skips a layer the store holds under its declared diff_id, and distrusts a lying hint', async t => {
+  const d = t.testdir()
+  const { writeOciLayout } = await import('../../fixtures/oci-layout.js')
+  const { layerByDiffKey } = await import('../format/keys.js')
+  const tar = buildLayerTar([dir('lib'), largeFile('lib/big.so', 1024 * 1024, 'shared-base')])
+  const top = buildLayerTar([file('app.txt', 'task 1')])
+  const info = await writeOciLayout(join(d, 'img'), { layers: [{ tar }, { tar: top }] })
+  const store = new FaultyObjectStore(new MemoryObjectStore())
+  const o = { ...opts(new MemoryObjectStore()), store }
+  const first = await pushImage(join(d, 'img'), ref, o)
+  t.notOk(first.layers[0]!.skipped)
+  const again = await pushImage(join(d, 'img'), parseRef('test/img:again'), o)
+  t.same(again.layers.map(l => l.skipped), [true, true], 'both layers recognised without reading them')
+  t.equal(again.manifest, first.manifest, 'the same manifest')
+  // A hint that names the other layer's TOC must not be believed.
+  const diffHex = digestHex(info.layers[0]!.diffId)
+  await store.put(layerByDiffKey(diffHex), Buffer.from(first.layers[1]!.digest))
+  const third = await pushImage(join(d, 'img'), parseRef('test/img:third'), o)
+  t.notOk(third.layers[0]!.skipped, 'a hint whose TOC records another diff_id is ignored')
+  t.equal(third.layers[0]!.digest, first.layers[0]!.digest, 'and the layer is read and stored as before')
+})

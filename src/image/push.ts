@@ -25,6 +25,7 @@ import { ChunkIndex } from './chunk-index.js'
 import { writeLayer, type LayerWriteStats, type PushSession } from './layer-writer.js'
 import { encodeManifestObject, encodeTocObject } from './metadata-objects.js'
 import { updateRef } from './refs.js'
+import { findLayerByDiffId, recordLayerByDiffId, storedLayerStats } from './known-layers.js'
 import type { LoadedImage } from './load-image.js'
 import { openImageSource } from './sources/open-image-source.js'
 import type { ImageSource, OpenImageSourceOptions } from './sources/image-source.js'
@@ -56,6 +57,8 @@ export interface PushedLayer extends LayerWriteStats {
   diffId: Digest
   /** True when the TOC object was already in the store (the whole layer deduplicated). */
   existed: boolean
+  /** True when the layer was recognised by its declared diff_id and not read at all. */
+  skipped?: boolean
 }
 
 export interface PushResult {
@@ -91,6 +94,14 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
     const count = source.layers.length
     for (const [i, layer] of source.layers.entries()) {
       opts.progress?.layerStart?.(i, count, layer.name, layer.inputBytes)
+      const known = layer.declaredDiffId === undefined ? undefined : await findLayerByDiffId(store, layer.declaredDiffId)
+      if (known !== undefined) {
+        tocs.push(known.toc)
+        const pushed: PushedLayer = { ...storedLayerStats(known.toc), digest: known.digest, diffId: known.toc.diffId as Digest, existed: true, skipped: true }
+        layers.push(pushed)
+        opts.progress?.layerDone?.(i, count, pushed)
+        continue
+      }
       const { toc, stats } = await writeLayer(layer, {
         chunking, packer, index, session,
         onProgress: bytes => opts.progress?.layerBytes?.(i, bytes)
@@ -102,6 +113,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
         await store.put(key, object.bytes)
         metadataBytes += object.bytes.length
       }
+      await recordLayerByDiffId(store, toc.diffId as Digest, object.digest)
       tocs.push(toc)
       const pushed: PushedLayer = { ...stats, digest: object.digest, diffId: toc.diffId as Digest, existed }
       layers.push(pushed)

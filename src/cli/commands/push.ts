@@ -61,6 +61,7 @@ function progressPrinter (ctx: CommandContext): PushProgress {
 }
 
 export function describeLayer (i: number, count: number, l: PushedLayer): string {
+  if (l.skipped === true) return `layer ${i + 1}/${count} ${shortDigest(l.digest)}: ${formatBytes(l.plainBytes)} in ${l.entries} entries — already stored (same diff_id), not read`
   return `layer ${i + 1}/${count} ${shortDigest(l.digest)}: ${formatBytes(l.plainBytes)} in ${l.entries} entries — ` +
     `new ${formatBytes(l.newPlainBytes)} (uploaded ${formatBytes(l.newStoredBytes)} compressed), ` +
     `deduplicated ${formatBytes(l.dedupPlainBytes)}`

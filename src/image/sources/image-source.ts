@@ -48,6 +48,12 @@ export interface LayerSource {
    * `entries()` instead.
    */
   diffId (): Digest
+  /**
+   * The diff_id the input declares for this layer (OCI/docker config), known
+   * before reading: push uses it to skip a layer the store already holds.
+   * Reading still verifies it.
+   */
+  readonly declaredDiffId?: Digest
 }
 
 export interface ImageSource {

@@ -72,6 +72,8 @@ export class TarLayerSource implements LayerSource {
     this.#ctx = ctx
   }
 
+  get declaredDiffId (): Digest | undefined { return this.#input.diffId }
+
   diffId (): Digest {
     if (this.#diffId === undefined) throw new UsageError(`${this.name}: diffId() is known only after entries() has been read to the end`)
     return this.#diffId
