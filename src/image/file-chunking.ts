@@ -10,6 +10,7 @@
  * May import: src/format/, zstd-napi, node built-ins.
  */
 import { createHash } from 'node:crypto'
+import Database from 'better-sqlite3'
 import { Compressor } from 'zstd-napi'
 import { FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 
@@ -17,7 +18,16 @@ export interface ChunkingParams {
   /** zstd level of chunk frames. */
   level: number
   cdc: FastCdcOptions
+  /**
+   * The node's dedup index (chunk-index.ts), read-only: a chunk the store
+   * already holds is hashed but not compressed (most of a new version's
+   * chunks). Absent: every chunk is compressed.
+   */
+  dedup?: { dbPath: string, storeUrl: string }
 }
+
+/** Marks a chunk the store already holds: no frame was made for it. */
+export const STORED_ELSEWHERE = new Uint8Array(0)
 
 /** A batch of pieces packed back to back in `data`: piece i is [ends[i-1], ends[i]) of file `files[i]`. */
 export interface PieceBatch {
@@ -42,17 +52,24 @@ export class FileChunker {
   readonly #params: ChunkingParams
   readonly #open = new Map<number, FastCdcChunker>()
   readonly #compressor = new Compressor()
+  readonly #isStored: ((digest: string) => boolean) | undefined
 
   constructor (params: ChunkingParams) {
     this.#params = params
     this.#compressor.setParameters({ compressionLevel: params.level })
+    if (params.dedup !== undefined) {
+      const db = new Database(params.dedup.dbPath, { readonly: true, fileMustExist: true })
+      const lookup = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? AND digest = ?').pluck()
+      const store = params.dedup.storeUrl
+      this.#isStored = digest => lookup.get(store, digest) !== undefined
+    }
   }
 
   /** Sync. The chunker keeps views of `batch.data` for chunks still open: the caller must not reuse it. */
   process (batch: PieceBatch): ChunkedBatch {
     const digests: string[] = []
     const lengths: number[] = []
-    const frames: Buffer[] = []
+    const frames: Uint8Array[] = []
     const counts: number[] = []
     let start = 0
     batch.files.forEach((file, i) => {
@@ -66,9 +83,10 @@ export class FileChunker {
         this.#open.delete(file)
       }
       for (const chunk of done) {
-        digests.push(createHash('sha256').update(chunk).digest('hex'))
+        const digest = createHash('sha256').update(chunk).digest('hex')
+        digests.push(digest)
         lengths.push(chunk.length)
-        frames.push(this.#compressor.compress(chunk))
+        frames.push(this.#isStored?.(digest) === true ? STORED_ELSEWHERE : this.#compressor.compress(chunk))
       }
       counts.push(done.length)
       start = end

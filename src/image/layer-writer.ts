@@ -73,6 +73,7 @@ export async function writeLayer (layer: LayerSource, deps: LayerWriterDeps): Pr
       if (tocIndex === undefined) {
         let place: ChunkPlace | undefined = session.get(chunk.digest) ?? index.lookup(chunk.digest)
         if (place === undefined) {
+          if (chunk.compressed.length === 0) throw new Error(`internal: chunk ${chunk.digest} was reported stored but is not in the dedup index`)
           place = await packer.add(chunk)
           session.set(chunk.digest, place)
           stats.newPlainBytes += chunk.length

@@ -84,7 +84,9 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
   const { store } = opts
   const index = new ChunkIndex(opts.db, store.url)
   await index.sync(store)
-  const chunking = new ChunkingPool({ params: opts.chunking ?? DEFAULT_CHUNKING, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
+  const params = opts.chunking ?? DEFAULT_CHUNKING
+  const dedup = opts.db.memory ? undefined : { dbPath: opts.db.name, storeUrl: store.url }
+  const chunking = new ChunkingPool({ params: { ...params, ...(dedup === undefined ? {} : { dedup }) }, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
   const packer = new BlobPacker(store, index, { targetBytes: opts.packBytes })
   const session: PushSession = new Map()
   const tocs: LayerToc[] = []
