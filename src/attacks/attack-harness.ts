@@ -149,13 +149,18 @@ export async function tierUnavailableReason (tier: Tier): Promise<string | undef
 /**
  * Register `${tier}: ${title}` for each tier; a tier this host cannot run
  * is registered as skipped with the driver's reason (shown in tap's
- * output). Async (asks each driver once).
+ * output). `opts.todo[tier]` names a known hole: the test still runs and
+ * passes the reason to `fn`, which marks its assertions `{ todo }` so their
+ * failure shows (as `not ok … # TODO reason`) without failing the suite.
+ * Async (asks each driver once).
  */
-export async function forEachTier (t: Test, tiers: readonly Tier[], title: string, fn: (t: Test, tier: Tier) => Promise<void>, opts: { todo?: Partial<Record<Tier, string>> } = {}): Promise<void> {
+export async function forEachTier (t: Test, tiers: readonly Tier[], title: string, fn: (t: Test, tier: Tier, todo: { todo?: string }) => Promise<void>, opts: { todo?: Partial<Record<Tier, string>> } = {}): Promise<void> {
   for (const tier of tiers) {
     const why = await tierUnavailableReason(tier)
     const todo = opts.todo?.[tier]
-    t.test(`${tier}: ${title}`, why !== undefined ? { skip: `${tier} tier unavailable here: ${why}` } : todo !== undefined ? { todo } : {}, async t => { await fn(t, tier) })
+    t.test(`${tier}: ${title}${todo === undefined ? '' : ' (known hole, see TODO)'}`, why !== undefined ? { skip: `${tier} tier unavailable here: ${why}` } : {}, async t => {
+      await fn(t, tier, todo === undefined ? {} : { todo })
+    })
   }
 }
 
