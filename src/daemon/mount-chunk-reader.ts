@@ -9,6 +9,7 @@ import { newFetchStats } from '../cache/chunk-fetcher.js'
 import type { ChunkRef } from '../format/toc.js'
 import type { ChunkReader } from '../fs/file-reader.js'
 import { TraceRecorder } from './access-traces.js'
+import type { BlobNeighbours } from './blob-neighbours.js'
 
 export class MountChunkReader implements ChunkReader {
   readonly storeName: string
@@ -17,20 +18,33 @@ export class MountChunkReader implements ChunkReader {
   readonly trace = new TraceRecorder()
   readonly #fetcher: ChunkFetcher
   readonly #onPrefetchError: (err: unknown) => void
+  readonly #neighbours: () => BlobNeighbours
+  readonly #isCached: (digest: string) => boolean
 
-  constructor (fetcher: ChunkFetcher, storeName: string, onPrefetchError: (err: unknown) => void) {
+  constructor (fetcher: ChunkFetcher, storeName: string, opts: {
+    onPrefetchError: (err: unknown) => void
+    /** The image's chunks by blob, built on first miss. */
+    neighbours: () => BlobNeighbours
+    isCached: (digest: string) => boolean
+  }) {
     this.#fetcher = fetcher
     this.storeName = storeName
-    this.#onPrefetchError = onPrefetchError
+    this.#onPrefetchError = opts.onPrefetchError
+    this.#neighbours = opts.neighbours
+    this.#isCached = opts.isCached
   }
 
   getCached (digest: string): Uint8Array | undefined {
     return this.#fetcher.getCached(digest, this.stats)
   }
 
+  /** Demand read of `refs`, extended to their blob neighbours in the same range GETs (blob-neighbours.ts). */
   async read (refs: readonly ChunkRef[]): Promise<Uint8Array[]> {
     this.trace.record(refs)
-    return await this.#fetcher.read(refs, { stats: this.stats })
+    const extra = this.#neighbours().extend(refs, this.#isCached)
+    if (extra.length === 0) return await this.#fetcher.read(refs, { stats: this.stats })
+    const all = await this.#fetcher.read([...refs, ...extra], { stats: this.stats })
+    return all.slice(0, refs.length)
   }
 
   prefetch (refs: readonly ChunkRef[]): void {

@@ -20,6 +20,7 @@ import { lazyUnmount } from '../fs/fuse-binding.js'
 import { loadImage, type LoadedImage } from '../image/load-image.js'
 import type { NodeDb } from '../state/node-db.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
+import { BlobNeighbours } from './blob-neighbours.js'
 import { AccessTraces, prefetchOrder } from './access-traces.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 
@@ -83,7 +84,12 @@ export class MountManager {
     pins.push(manifestKey(digestHex(image.digest)), ...image.manifest.layers.map(l => layerKey(digestHex(l.digest))))
     this.#cache.pin(pins)
     try {
-      const reader = new MountChunkReader(fetcher, store.url, err => this.#log(`prefetch for ${mountpoint}: ${(err as Error).message}`))
+      let neighbours: BlobNeighbours | undefined
+      const reader = new MountChunkReader(fetcher, store.url, {
+        onPrefetchError: err => this.#log(`prefetch for ${mountpoint}: ${(err as Error).message}`),
+        neighbours: () => (neighbours ??= new BlobNeighbours(image.tocs)),
+        isCached: digest => this.#cache.has(digest)
+      })
       const mount = await mountImage({ mountpoint, tocs: image.tocs, reader, log: this.#log })
       const info: MountInfo = {
         mountpoint: mount.mountpoint, image: req.image, manifest: image.digest, store: store.url,
