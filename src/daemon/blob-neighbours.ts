@@ -10,8 +10,15 @@
  */
 import { resolveChunk, type ChunkRef, type LayerToc } from '../format/toc.js'
 
-/** How far past a missed chunk, in compressed bytes of its blob, a demand read extends. */
-export const NEIGHBOUR_READAHEAD_BYTES = 128 * 1024
+/**
+ * How far past a missed chunk, in compressed bytes of its blob, a demand
+ * read extends. Measured on python-v1 (cold cache, fs store): with 0, 32,
+ * 64 and 128 KiB, `import json, sqlite3, ssl` fetched 8.5/9.5/10.3/11.7 MB
+ * in 98/93/76/90 GETs, and a read of every file under
+ * /usr/lib/python3.11 took 1114/220/148/89 GETs. 64 KiB keeps the import
+ * under 15% of the image and cuts a tree walk's round trips ~7x.
+ */
+export const NEIGHBOUR_READAHEAD_BYTES = 64 * 1024
 
 export class BlobNeighbours {
   readonly #byBlob = new Map<string, ChunkRef[]>()
@@ -46,9 +53,10 @@ export class BlobNeighbours {
       const at = this.#position.get(ref.digest)
       if (list === undefined || at === undefined) continue
       let budget = budgetBytes
-      for (let j = at + 1; j < list.length && budget > 0; j++) {
+      for (let j = at + 1; j < list.length; j++) {
         const next = list[j]!
         budget -= next.compressedLength
+        if (budget < 0) break
         if (wanted.has(next.digest) || isCached(next.digest)) continue
         wanted.add(next.digest)
         extra.push(next)
