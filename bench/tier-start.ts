@@ -5,12 +5,14 @@
  * unmount, remove), and the writable layer's own set-up/teardown cost per
  * quota kind.
  *
- *   node dist/bench/tier-start.js [--runs N] [--cases process,container,container-crun]
+ *   node dist/bench/tier-start.js [--runs N] [--cases process,container,container-crun,microvm,vm]
  *                                 [--quota loop-ext4|tmpfs] [--overlay-runs N] [--json OUT]
  *
- * Table-driven: a tier is one row of TIER_CASES (the VM tiers add theirs,
- * with their own default run count). The lower is the Debian base fixture's
- * rootfs directory (page cache warm after the first run). Prints a Markdown
+ * Table-driven: a tier is one row of TIER_CASES, with its own default run
+ * count (VM tiers: 5, after one warm-up boot). The lower is the Debian base
+ * fixture's rootfs directory (page cache warm after the first run); the VM
+ * tiers boot its block view, built once per run (for a VM, create = overlay
+ * disk + boot to the guest agent's READY). Prints a Markdown
  * table and the command; writes JSON (default bench/results/tier-start.json).
  *
  * Bench-only: may import anything.
@@ -20,11 +22,14 @@ import { cpus, loadavg } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
+import { ensureGuestKernel, type GuestKernelFixture } from '../fixtures/guest-kernel.js'
+import { buildBlockView } from '../src/blockview/block-view-builder.js'
 import { ContainerTierDriver } from '../src/runtime/container/container-driver.js'
 import { unmountAllUnder } from '../src/runtime/overlay/mount-table.js'
 import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind } from '../src/runtime/overlay/sandbox-overlay.js'
 import { ProcessTierDriver } from '../src/runtime/process/process-driver.js'
 import { DEFAULT_LIMITS, type SandboxSpec, type TierDriver } from '../src/runtime/sandbox.js'
+import { MicrovmTierDriver, VmTierDriver } from '../src/runtime/vm/vm-drivers.js'
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 const WARMUP_RUNS = 3
@@ -33,15 +38,23 @@ interface TierCase {
   name: string
   /** Sequential starts measured unless --runs says otherwise. */
   defaultRuns: number
-  make: (quota: QuotaKind) => TierDriver
+  make: (quota: QuotaKind, kernel?: GuestKernelFixture) => TierDriver
   /** What the case needs from the image: the merged rootfs dir or a block view. */
   input: 'rootfs' | 'blockView'
+  /** Unmeasured starts first (default WARMUP_RUNS). */
+  warmupRuns?: number
 }
+
+/** The VM tiers boot Debian's kernel from the fixture (shared vmlinux/initrd cache); KVM is probed, TCG otherwise. */
+const vmOptions = (k?: GuestKernelFixture): { kernel?: GuestKernelFixture['source'], cacheDir?: string } =>
+  k === undefined ? {} : { kernel: k.source, cacheDir: k.preparedDir }
 
 const TIER_CASES: TierCase[] = [
   { name: 'process', defaultRuns: 100, input: 'rootfs', make: quota => new ProcessTierDriver({ quota }) },
   { name: 'container', defaultRuns: 100, input: 'rootfs', make: quota => new ContainerTierDriver({ runtime: 'runc', quota }) },
-  { name: 'container-crun', defaultRuns: 100, input: 'rootfs', make: quota => new ContainerTierDriver({ runtime: 'crun', quota }) }
+  { name: 'container-crun', defaultRuns: 100, input: 'rootfs', make: quota => new ContainerTierDriver({ runtime: 'crun', quota }) },
+  { name: 'microvm', defaultRuns: 5, warmupRuns: 1, input: 'blockView', make: (_q, k) => new MicrovmTierDriver(vmOptions(k)) },
+  { name: 'vm', defaultRuns: 5, warmupRuns: 1, input: 'blockView', make: (_q, k) => new VmTierDriver(vmOptions(k)) }
 ]
 
 interface Stats { p50: number, p99: number, mean: number, max: number }
@@ -58,7 +71,7 @@ function parseArgs (): { runs?: number, cases: string[], quota: QuotaKind, overl
   const runs = get('--runs')
   return {
     ...(runs !== undefined ? { runs: Number(runs) } : {}),
-    cases: (get('--cases') ?? 'process,container').split(','),
+    cases: (get('--cases') ?? 'process,container,microvm,vm').split(','),
     quota: (get('--quota') ?? 'loop-ext4') as QuotaKind,
     overlayRuns: Number(get('--overlay-runs') ?? 30),
     json: get('--json') ?? join(REPO_ROOT, 'bench/results/tier-start.json')
@@ -73,18 +86,24 @@ async function main (): Promise<void> {
   const work = await mkdtemp('/var/tmp/layerd-tier-start-')
   const load = loadavg()[0]!
   const results: Record<string, unknown> = {}
+  const selected = TIER_CASES.filter(x => opt.cases.includes(x.name))
+  const kernel = selected.some(c => c.input === 'blockView') ? await ensureGuestKernel() : undefined
+  let blockView: string | undefined
   const lines = ['| case | runs | total p50 | total p99 | create p50 | exec(true) p50 | destroy p50 |', '|---|---|---|---|---|---|---|']
   try {
-    for (const c of TIER_CASES.filter(x => opt.cases.includes(x.name))) {
-      const driver = c.make(opt.quota)
+    for (const c of selected) {
+      const driver = c.make(opt.quota, kernel)
       const why = await driver.unavailableReason()
       if (why !== undefined) { lines.push(`| ${c.name} | – | unavailable: ${why} | | | | |`); continue }
-      if (c.input !== 'rootfs') { lines.push(`| ${c.name} | – | needs a block view (not wired here) | | | | |`); continue }
+      // The VM tiers boot the base image's block view (a plain file here: start latency from a warm page cache).
+      if (c.input === 'blockView') blockView ??= (await buildBlockView(lower, { uuidSeed: 'bench-tier-start', out: join(work, 'base.raw') })).path
       const runs = opt.runs ?? c.defaultRuns
+      const warmups = c.warmupRuns ?? WARMUP_RUNS
       const t = { create: [] as number[], exec: [] as number[], destroy: [] as number[], total: [] as number[] }
-      for (let i = 0; i < WARMUP_RUNS + runs; i++) {
+      for (let i = 0; i < warmups + runs; i++) {
         const id = `bench-${c.name}-${i}`
-        const spec: SandboxSpec = { id, imageName: 'debian:base', config: {}, rootfs: lower, stateDir: join(work, id), limits: { ...DEFAULT_LIMITS } }
+        const image = c.input === 'rootfs' ? { rootfs: lower } : { blockView: blockView! }
+        const spec: SandboxSpec = { id, imageName: 'debian:base', config: {}, ...image, stateDir: join(work, id), limits: { ...DEFAULT_LIMITS } }
         const t0 = performance.now()
         const sb = await driver.create(spec)
         const t1 = performance.now()
@@ -93,7 +112,7 @@ async function main (): Promise<void> {
         await sb.destroy()
         const t3 = performance.now()
         if (r.exitCode !== 0) throw new Error(`${c.name}: true exited ${r.exitCode}: ${r.stderr.toString()}`)
-        if (i < WARMUP_RUNS) continue
+        if (i < warmups) continue
         t.create.push(t1 - t0); t.exec.push(t2 - t1); t.destroy.push(t3 - t2); t.total.push(t3 - t0)
       }
       const s = { create: stats(t.create), exec: stats(t.exec), destroy: stats(t.destroy), total: stats(t.total) }

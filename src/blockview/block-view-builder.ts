@@ -13,7 +13,9 @@
  *   the order `mke2fs -d` adds directory entries in (scandir + alphasort),
  *   so inode numbers do not depend on the source's readdir order.
  * - The size and inode count are computed from the tree's content
- *   (tree-measure.ts), not from the source filesystem's allocation.
+ *   (tree-measure.ts), not from the source filesystem's allocation; a
+ *   second mkfs pass at the first pass's usage + headroom leaves the
+ *   filesystem nearly full (the VMs grow it to their quota).
  * - atime/ctime, which mke2fs copies from the source, are reset to mtime
  *   (inode-times.ts).
  * - `assume_storage_prezeroed` keeps never-written blocks as holes: the
@@ -36,8 +38,16 @@ import { decodeExt4Superblock, type Ext4Superblock } from './ext4-superblock.js'
 import { normalizeInodeTimes } from './inode-times.js'
 import { BLOCK_BYTES, measureTree, type TreeMeasure } from './tree-measure.js'
 
-/** Free space left in the filesystem by default. The VM tiers grow it to the sandbox's disk quota at boot. */
-export const DEFAULT_HEADROOM_BYTES = 64 * 1024 * 1024
+/**
+ * Free space left in the filesystem by default: little, on purpose. A block
+ * view is shared by every sandbox of the image whatever its quota; each VM
+ * grows the filesystem online to its own quota at boot (the qcow2 overlay
+ * is that much bigger), so the quota is exact instead of "at least the
+ * block view's free space".
+ */
+export const DEFAULT_HEADROOM_BYTES = 4 * 1024 * 1024
+/** Added to the first pass's usage when sizing the second: mkfs' own rounding. */
+const TIGHT_SLACK_BYTES = 2 * 1024 * 1024
 /** Every timestamp mke2fs makes up itself (mkfs time, root, lost+found). */
 export const BLOCK_VIEW_EPOCH_S = 1
 export const BLOCK_VIEW_LABEL = 'layerd'
@@ -73,7 +83,7 @@ export interface BlockViewOptions {
   uuidSeed: string
   /** Where to write the raw file. Default: a new file in a fresh directory under the OS temp dir. */
   out?: string
-  /** Exact filesystem size in bytes (a multiple of 4096). Default: what the tree needs + `headroomBytes`. */
+  /** Exact filesystem size in bytes (a multiple of 4096). Default: what the tree needs + `headroomBytes` (two mkfs passes: the second at the first one's usage). */
   sizeBytes?: number
   /** Free space beyond the content when `sizeBytes` is not given. Default {@link DEFAULT_HEADROOM_BYTES}. */
   headroomBytes?: number
@@ -140,28 +150,43 @@ export async function readBlockViewSuperblock (path: string): Promise<Ext4Superb
 export async function buildBlockView (mergedDir: string, opts: BlockViewOptions): Promise<BuiltBlockView> {
   const tree = await measureTree(mergedDir)
   const rootStat = await lstat(mergedDir)
-  const plan = planFilesystem(tree, opts.headroomBytes ?? DEFAULT_HEADROOM_BYTES)
+  const headroom = opts.headroomBytes ?? DEFAULT_HEADROOM_BYTES
+  const plan = planFilesystem(tree, headroom)
   const out = opts.out ?? join(await mkdtemp(join(tmpdir(), 'layerd-blockview-')), 'disk.raw')
   const work = await mkdtemp(join(dirname(out), '.mke2fs-'))
   const conf = join(work, 'mke2fs.conf')
   await writeFile(conf, MKE2FS_CONF)
   const env: NodeJS.ProcessEnv = { ...process.env, MKE2FS_CONFIG: conf, E2FSPROGS_FAKE_TIME: String(BLOCK_VIEW_EPOCH_S), LC_ALL: 'C', LANG: 'C' }
+  const mkfs = async (sizeBytes: number): Promise<Awaited<ReturnType<typeof mke2fs>>> => {
+    await rm(out, { force: true })
+    await writeFile(out, '')
+    await truncate(out, sizeBytes)
+    return await mke2fs(['-q', '-F', '-t', 'ext4', '-b', String(BLOCK_BYTES), '-I', String(INODE_BYTES), '-N', String(plan.inodes),
+      '-m', '0', '-L', BLOCK_VIEW_LABEL, '-U', derivedUuid(opts.uuidSeed, 'uuid'),
+      '-E', `hash_seed=${derivedUuid(opts.uuidSeed, 'hash seed')},root_owner=${rootStat.uid}:${rootStat.gid},assume_storage_prezeroed=1,nodiscard`,
+      '-d', mergedDir, out], env)
+  }
   try {
     let sizeBytes = opts.sizeBytes ?? plan.sizeBytes
     for (let attempt = 1; ; attempt++) {
-      await rm(out, { force: true })
-      await writeFile(out, '')
-      await truncate(out, sizeBytes)
-      const r = await mke2fs(['-q', '-F', '-t', 'ext4', '-b', String(BLOCK_BYTES), '-I', String(INODE_BYTES), '-N', String(plan.inodes),
-        '-m', '0', '-L', BLOCK_VIEW_LABEL, '-U', derivedUuid(opts.uuidSeed, 'uuid'),
-        '-E', `hash_seed=${derivedUuid(opts.uuidSeed, 'hash seed')},root_owner=${rootStat.uid}:${rootStat.gid},assume_storage_prezeroed=1,nodiscard`,
-        '-d', mergedDir, out], env)
+      const r = await mkfs(sizeBytes)
       if (r.ok) break
       if (!r.noSpace) throw new Error(`mkfs.ext4 -d ${mergedDir} ${out} failed: ${r.stderr}`)
       if (opts.sizeBytes !== undefined) throw new LimitExceededError(`tree ${mergedDir} does not fit a ${opts.sizeBytes}-byte block view: ${r.stderr.split('\n').pop() ?? ''}`)
       if (attempt >= MAX_ATTEMPTS) throw new Error(`tree ${mergedDir} still does not fit a ${sizeBytes}-byte block view after ${attempt} attempts: ${r.stderr}`)
       // Deterministic retry: the next size depends only on the previous one.
       sizeBytes = Math.ceil(sizeBytes * 1.25 / SIZE_ALIGN_BYTES) * SIZE_ALIGN_BYTES
+    }
+    if (opts.sizeBytes === undefined) {
+      // Second pass at what the first one used plus the headroom: the free space is then close to
+      // `headroom`, and VMs get their quota by growing the filesystem, not from the block view.
+      const first = await readBlockViewSuperblock(out)
+      const tight = Math.ceil(((first.blocksCount - first.freeBlocks) * first.blockSize + headroom + TIGHT_SLACK_BYTES) / SIZE_ALIGN_BYTES) * SIZE_ALIGN_BYTES
+      if (tight < sizeBytes) {
+        const r = await mkfs(tight)
+        if (!r.ok && !r.noSpace) throw new Error(`mkfs.ext4 -d ${mergedDir} ${out} failed: ${r.stderr}`)
+        if (!r.ok) await mkfs(sizeBytes) // deterministic fallback: the first pass's size
+      }
     }
     const sb = await readBlockViewSuperblock(out)
     await normalizeInodeTimes(out, sb.inodesCount - sb.freeInodes, env, Math.floor(rootStat.mtimeMs / 1000))

@@ -20,6 +20,8 @@ export interface Ext4Superblock {
   inodesCount: number
   freeInodes: number
   inodeSize: number
+  blocksPerGroup: number
+  inodesPerGroup: number
   /** UUID as 8-4-4-4-12 hex. */
   uuid: string
   volumeName: string
@@ -55,6 +57,8 @@ export function decodeExt4Superblock (bytes: Uint8Array, source: string): Ext4Su
     inodesCount: sb.readUInt32LE(0x00),
     freeInodes: sb.readUInt32LE(0x10),
     inodeSize: sb.readUInt16LE(0x58),
+    blocksPerGroup: sb.readUInt32LE(0x20),
+    inodesPerGroup: sb.readUInt32LE(0x28),
     uuid: formatUuid(sb.subarray(0x68, 0x78)),
     volumeName: sb.toString('latin1', 0x78, nameEnd < 0 || nameEnd > 0x88 ? 0x88 : nameEnd),
     sizeBytes: blocksCount * blockSize,

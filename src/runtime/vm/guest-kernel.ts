@@ -4,9 +4,10 @@
  * vmlinux) plus its module tree (`lib/modules/<release>`).
  *
  * `prepareGuestKernel` extracts the ELF vmlinux (vmlinux-extract.ts: PVH
- * boot, and Firecracker needs it) and builds the initrd (initrd-builder.ts)
- * once per (kernel, modules, agent source, busybox) and caches both under
- * `cacheDir`, so a changed agent source rebuilds the initrd by itself.
+ * boot, and Firecracker needs it) once per kernel file, and builds the
+ * initrd (initrd-builder.ts) once per (modules, agent source, busybox),
+ * both cached under `cacheDir` (files written whole, then renamed), so a
+ * changed agent source rebuilds the initrd by itself.
  *
  * Where a kernel source is found when none is given (`findGuestKernelSource`):
  * `LAYERD_VM_KERNEL` (+ `LAYERD_VM_MODULES`, default
@@ -72,21 +73,27 @@ async function treeKey (dir: string): Promise<string> {
 export async function prepareGuestKernel (src: GuestKernelSource, cacheDir = DEFAULT_VM_CACHE_DIR, busybox = DEFAULT_BUSYBOX): Promise<GuestKernel> {
   for (const p of [src.kernel, src.modulesDir]) if (!await exists(p)) throw new NotFoundError(`guest kernel: ${p} does not exist`)
   const release = basename(src.modulesDir)
-  const key = createHash('sha256')
-    .update(await fileSha256(src.kernel)).update(await treeKey(src.modulesDir))
-    .update(await readFile(agentSourcePath())).update(await fileSha256(busybox))
+  // Two cache entries: the vmlinux depends on the kernel file only; the initrd on modules, agent and busybox.
+  const kernelKey = (await fileSha256(src.kernel)).slice(0, 16)
+  const initrdKey = createHash('sha256')
+    .update(await treeKey(src.modulesDir)).update(await readFile(agentSourcePath())).update(await fileSha256(busybox))
     .digest('hex').slice(0, 16)
-  const dir = join(cacheDir, `kernel-${release}-${key}`)
-  const result: GuestKernel = { vmlinux: join(dir, 'vmlinux'), initrd: join(dir, 'initrd.img'), release }
-  if (await exists(join(dir, 'ready'))) return result
-  await mkdir(dir, { recursive: true })
-  const vmlinux = await extractVmlinux(await readFile(src.kernel), src.kernel)
-  const tmp = `${result.vmlinux}.tmp-${process.pid}`
-  await writeFile(tmp, vmlinux)
-  await rename(tmp, result.vmlinux)
-  const agent = await buildGuestAgent(join(cacheDir, 'agent'))
-  const built = await buildInitrd({ modulesDir: src.modulesDir, out: result.initrd, agent, busybox })
-  await writeFile(join(dir, 'ready'), `${JSON.stringify({ release, kernel: src.kernel, modules: built.modules, initrdSha256: built.sha256 })}\n`)
+  const result: GuestKernel = {
+    vmlinux: join(cacheDir, `vmlinux-${release}-${kernelKey}`),
+    initrd: join(cacheDir, `initrd-${release}-${initrdKey}.img`),
+    release
+  }
+  await mkdir(cacheDir, { recursive: true })
+  if (!await exists(result.vmlinux)) {
+    const vmlinux = await extractVmlinux(await readFile(src.kernel), src.kernel)
+    const tmp = `${result.vmlinux}.tmp-${process.pid}`
+    await writeFile(tmp, vmlinux)
+    await rename(tmp, result.vmlinux)
+  }
+  if (!await exists(result.initrd)) {
+    const agent = await buildGuestAgent(join(cacheDir, 'agent'))
+    await buildInitrd({ modulesDir: src.modulesDir, out: result.initrd, agent, busybox })
+  }
   return result
 }
 

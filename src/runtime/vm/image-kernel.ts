@@ -7,12 +7,13 @@
  * modules the guest needs (with their dependencies, from modules.dep).
  * An image kernel without modules.dep gets its whole module tree copied.
  *
- * The copy lands in `<cacheDir>/image-kernels/<block view UUID>-<release>`;
+ * The copy lands in `<cacheDir>/image-kernels/<release>-<identity>`;
  * prepareGuestKernel then makes the vmlinux and initrd from it.
  *
  * May import: src/errors.ts, this folder, node built-ins.
  */
 import { execFile } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import { access, mkdir, rename, rm, writeFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { promisify } from 'node:util'
@@ -53,7 +54,13 @@ function compareReleases (a: string, b: string): number {
   return 0
 }
 
-export interface ImageKernel { release: string, kernelPath: string, modulesRoot: string }
+export interface ImageKernel {
+  release: string
+  kernelPath: string
+  modulesRoot: string
+  /** Changes when the kernel or its modules.dep do (a digest of their inodes' debugfs stat): part of the cache key. */
+  identity: string
+}
 
 /**
  * The newest `/boot/vmlinuz-<release>` in the block view whose modules
@@ -63,7 +70,11 @@ export async function findImageKernel (blockView: string): Promise<ImageKernel |
   const boot = (await listDir(blockView, '/boot')).map(e => /^vmlinuz-(.+)$/.exec(e.name)?.[1]).filter((r): r is string => r !== undefined)
   for (const release of boot.sort(compareReleases).reverse()) {
     for (const root of MODULE_ROOTS) {
-      if ((await listDir(blockView, root)).some(e => e.name === release)) return { release, kernelPath: `/boot/vmlinuz-${release}`, modulesRoot: `${root}/${release}` }
+      if (!(await listDir(blockView, root)).some(e => e.name === release)) continue
+      const kernelPath = `/boot/vmlinuz-${release}`
+      const modulesRoot = `${root}/${release}`
+      const stats = await debugfs(blockView, `stat ${kernelPath}`) + await debugfs(blockView, `stat ${modulesRoot}/modules.dep`).catch(() => '')
+      return { release, kernelPath, modulesRoot, identity: createHash('sha256').update(stats).digest('hex').slice(0, 16) }
     }
   }
   return undefined

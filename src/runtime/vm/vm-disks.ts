@@ -41,11 +41,20 @@ export interface OverlayPlan {
   guestFreeBytes: number
 }
 
-/** Overlay size for a quota. Pure. */
+/**
+ * Overlay size for a quota. Pure. The filesystem grows by whole block
+ * groups' worth of metadata too (bitmaps and an inode table per group), so
+ * that is added on top: what the guest can then write is the quota.
+ */
 export function planOverlay (sb: Ext4Superblock, rawFileBytes: number, diskBytes: number): OverlayPlan {
-  const grow = Math.max(0, diskBytes - sb.freeBytes)
+  const want = Math.max(0, diskBytes - sb.freeBytes)
+  const groupBytes = sb.blocksPerGroup * sb.blockSize
+  const perGroupOverhead = sb.inodesPerGroup * sb.inodeSize + 2 * sb.blockSize
+  const grow = want === 0 ? 0 : want + Math.ceil(want / Math.max(1, groupBytes - perGroupOverhead)) * perGroupOverhead
   const virtualBytes = Math.ceil(Math.max(rawFileBytes, sb.sizeBytes + grow) / ALIGN_BYTES) * ALIGN_BYTES
-  return { virtualBytes, guestFreeBytes: sb.freeBytes + (virtualBytes - sb.sizeBytes) }
+  const added = virtualBytes - sb.sizeBytes
+  const overhead = added === 0 ? 0 : Math.ceil(added / groupBytes) * perGroupOverhead
+  return { virtualBytes, guestFreeBytes: sb.freeBytes + added - overhead }
 }
 
 async function tool (cmd: string, args: string[]): Promise<void> {

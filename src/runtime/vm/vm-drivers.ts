@@ -23,12 +23,12 @@ import { mkdir, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { UnsupportedError, UsageError } from '../../errors.js'
 import { checkSandboxId } from '../process/host-checks.js'
-import type { Sandbox, SandboxSpec, Tier, TierDriver } from '../sandbox.js'
+import type { SandboxSpec, Tier, TierDriver } from '../sandbox.js'
 import { FIRECRACKER_VSOCK_PORT, firecrackerArgs, firecrackerConfig } from './firecracker-config.js'
 import { DEFAULT_VM_CACHE_DIR, findGuestKernelSource, prepareGuestKernel, type GuestKernel, type GuestKernelSource } from './guest-kernel.js'
 import { copyImageKernel, findImageKernel } from './image-kernel.js'
 import { guestCmdline, qemuArgs, type Accel, type QemuMachine } from './qemu-args.js'
-import { createOverlay, createScratchDisk, readSuperblock } from './vm-disks.js'
+import { createOverlay, createScratchDisk } from './vm-disks.js'
 import { chooseAccel, findOnPath, hostTscKhz } from './vm-host.js'
 import { DEFAULT_BOOT_TIMEOUT_MS, launchVm, type HypervisorLaunch, type VmSandbox } from './vm-sandbox.js'
 
@@ -111,7 +111,7 @@ abstract class VmTierDriverBase implements TierDriver {
    * for a spec without a block view or a bad id, UnsupportedError when the
    * host cannot run it or the VM does not boot (after cleaning up).
    */
-  async create (spec: SandboxSpec): Promise<Sandbox> {
+  async create (spec: SandboxSpec): Promise<VmSandbox> {
     checkSandboxId(spec.id)
     if (spec.blockView === undefined) throw new UsageError(`sandbox ${spec.id}: the ${this.tier} tier needs the image's block view`)
     await mkdir(spec.stateDir, { recursive: true, mode: 0o700 })
@@ -123,7 +123,7 @@ abstract class VmTierDriverBase implements TierDriver {
       const accel = await chooseAccel({ requested: this.opts.accel, qemu: this.opts.qemu, kernel: kernel.vmlinux, initrd: kernel.initrd, cacheDir: this.opts.cacheDir })
       const memoryMiB = Math.max(MIN_GUEST_MEMORY_MIB, Math.floor(spec.limits.memoryBytes / MIB))
       const cpus = this.opts.cpus ?? 1
-      const init = { tier: this.tier, spec, bootTimeoutMs: this.opts.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS, maxOutputBytes: this.opts.maxOutputBytes, cleanup }
+      const init = { tier: this.tier, spec, kernel, bootTimeoutMs: this.opts.bootTimeoutMs ?? DEFAULT_BOOT_TIMEOUT_MS, maxOutputBytes: this.opts.maxOutputBytes, cleanup }
       const fc = {
         vmlinux: kernel.vmlinux, initrd: kernel.initrd, blockView: spec.blockView, scratchDisk: join(spec.stateDir, 'scratch.ext4'),
         vcpus: cpus, memoryMiB, vsockPath: join(runDir, 'v.sock'),
@@ -178,8 +178,7 @@ export class VmTierDriver extends VmTierDriverBase {
   protected async kernelFor (spec: SandboxSpec): Promise<GuestKernel> {
     const found = await findImageKernel(spec.blockView!)
     if (found === undefined) return await this.hostKernel()
-    const uuid = (await readSuperblock(spec.blockView!)).uuid
-    const key = `${uuid}-${found.release}`
+    const key = `${found.release}-${found.identity}`
     let p = this.#imageKernels.get(key)
     if (p === undefined) {
       p = (async () => {

@@ -20,6 +20,7 @@ import { UnsupportedError, UsageError } from '../../errors.js'
 import { DEFAULT_PATH, mergeEnv } from '../process/exec-context.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, Tier } from '../sandbox.js'
 import { AgentChannel, VmGoneError } from './agent-channel.js'
+import type { GuestKernel } from './guest-kernel.js'
 
 /** A guest that has not said READY by then is not going to (TCG on a loaded 2-core host: a boot takes 5-20 s). */
 export const DEFAULT_BOOT_TIMEOUT_MS = 120_000
@@ -65,6 +66,8 @@ async function listen (path: string): Promise<Server> {
 export interface VmSandboxInit {
   tier: Tier
   spec: SandboxSpec
+  /** What the VM boots. */
+  kernel: GuestKernel
   launch: HypervisorLaunch
   bootTimeoutMs: number
   maxOutputBytes?: number
@@ -119,6 +122,8 @@ export class VmSandbox implements Sandbox {
   readonly id: string
   readonly tier: Tier
   readonly timings: VmTimings
+  /** The kernel and initrd it booted. */
+  readonly kernel: GuestKernel
   /** What the agent reported at READY (kernel release, free bytes of the root). */
   readonly guest: Record<string, string>
   #state: 'running' | 'stopped' | 'destroyed' = 'running'
@@ -136,6 +141,7 @@ export class VmSandbox implements Sandbox {
     this.id = init.spec.id
     this.tier = init.tier
     this.timings = timings
+    this.kernel = init.kernel
     this.guest = guest
     channel.describeLoss = () => `the VM's console ends with: ${this.#consoleTailSync}`
     void exited.then(async why => {

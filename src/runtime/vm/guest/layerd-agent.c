@@ -431,8 +431,34 @@ static void run_exec (char *payload, uint32_t len, int sfd) {
   uint8_t *pend = NULL;
   size_t pend_len = 0, pend_off = 0;
   int stdin_eof = 0, exited = 0, status = 0;
+  /* STDIN/KILL frames may have arrived in the same read as EXEC: handle what is buffered first. */
+  int pending_frames = 1;
   char buf[IO_CHUNK_BYTES];
   while (out_fd >= 0 || err_fd >= 0 || !exited) {
+    if (pending_frames) {
+      pending_frames = 0;
+      uint8_t type;
+      uint32_t l;
+      while (next_frame(&type, &l)) {
+        if (type == F_STDIN) {
+          if (pend_off == pend_len) { pend_off = pend_len = 0; }
+          pend = realloc(pend, pend_len + l);
+          memcpy(pend + pend_len, frame_payload, l);
+          pend_len += l;
+        } else if (type == F_STDIN_EOF) {
+          stdin_eof = 1;
+          if (in_fd >= 0 && pend_off == pend_len) { close(in_fd); in_fd = -1; }
+        } else if (type == F_KILL) {
+          cgroup_kill();
+          kill(-pid, SIGKILL);
+        } else if (type == F_SHUTDOWN) {
+          cgroup_kill();
+          power_off();
+        } else {
+          logmsg("unexpected frame type %u during exec", type);
+        }
+      }
+    }
     struct pollfd p[5];
     int np = 0, ip = -1, op = -1, ep = -1;
     p[np++] = (struct pollfd){ port_fd, POLLIN, 0 };
@@ -477,27 +503,7 @@ static void run_exec (char *payload, uint32_t len, int sfd) {
     if (in_fd >= 0 && stdin_eof && pend_off == pend_len) { close(in_fd); in_fd = -1; }
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       read_port();
-      uint8_t type;
-      uint32_t l;
-      while (next_frame(&type, &l)) {
-        if (type == F_STDIN) {
-          if (pend_off == pend_len) { pend_off = pend_len = 0; }
-          pend = realloc(pend, pend_len + l);
-          memcpy(pend + pend_len, frame_payload, l);
-          pend_len += l;
-        } else if (type == F_STDIN_EOF) {
-          stdin_eof = 1;
-          if (in_fd >= 0 && pend_off == pend_len) { close(in_fd); in_fd = -1; }
-        } else if (type == F_KILL) {
-          cgroup_kill();
-          kill(-pid, SIGKILL);
-        } else if (type == F_SHUTDOWN) {
-          cgroup_kill();
-          power_off();
-        } else {
-          logmsg("unexpected frame type %u during exec", type);
-        }
-      }
+      pending_frames = 1;
     }
   }
   if (in_fd >= 0) close(in_fd);
