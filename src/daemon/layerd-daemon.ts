@@ -20,6 +20,7 @@ import { openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { pidFilePath, socketPath } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
+import { BlockViews } from './block-views.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
 import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
 import { SandboxRegistry } from '../runtime/sandbox-registry.js'
@@ -50,6 +51,7 @@ export class LayerdDaemon {
   #cache: LmdbChunkCache | undefined
   #stores: StorePool | undefined
   #mounts: MountManager | undefined
+  #blockViews: BlockViews | undefined
   #server: ControlServer | undefined
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
@@ -69,6 +71,7 @@ export class LayerdDaemon {
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'))
+      this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
       const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
       const orphans = await removeOrphanedSandboxes(this.#db, log)
@@ -104,6 +107,7 @@ export class LayerdDaemon {
       umount: async (p: { mountpoint: string }) => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
       image: async p => await mounts.shared(p),
+      blockView: async p => await this.#blockViews!.ensure(p),
       stats: async (p: { mountpoint?: string }) => p.mountpoint === undefined
         ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },

@@ -16,6 +16,7 @@ import { UnsupportedError } from '../errors.js'
 import type { OciImageConfig } from '../format/manifest.js'
 import { connectDaemon } from '../daemon/daemon-launcher.js'
 import type { SharedImage } from '../daemon/mount-manager.js'
+import type { BlockViewInfo } from '../daemon/block-views.js'
 import { overlayPaths } from '../runtime/overlay/sandbox-overlay.js'
 import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
 import { SandboxRegistry, type SandboxRecord } from '../runtime/sandbox-registry.js'
@@ -44,7 +45,7 @@ export interface ManagedSandbox extends Sandbox {
   readonly stateDir: string
   /** The writable layer's directory (process and container tiers), for commit. */
   readonly upperDir?: string
-  /** Milliseconds spent making the image available (0 when already mounted). */
+  /** Milliseconds spent making the image available: mounting it, or building its block view (0 when ready). */
   readonly imageMs: number
 }
 
@@ -59,9 +60,17 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
   const why = await driver.unavailableReason()
   if (why !== undefined) throw new UnsupportedError(`cannot create a ${opts.tier} sandbox: ${why}`)
   const daemon = await connectDaemon({ home: settings.home })
-  let shared: SharedImage
+  const isVm = opts.tier === 'microvm' || opts.tier === 'vm'
+  const where = { image: opts.image, store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
+  let exposure: { rootfs?: string, blockView?: string, manifest: string, config: OciImageConfig, ms: number }
   try {
-    shared = await daemon.call<SharedImage>('image', { image: opts.image, store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) })
+    if (isVm) {
+      const view = await daemon.call<BlockViewInfo>('blockView', where)
+      exposure = { blockView: view.path, manifest: view.manifest, config: view.config, ms: view.buildMs }
+    } else {
+      const shared = await daemon.call<SharedImage>('image', where)
+      exposure = { rootfs: shared.mountpoint, manifest: shared.manifest, config: shared.config, ms: shared.mountMs }
+    }
   } finally {
     daemon.close()
   }
@@ -71,14 +80,18 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
   const db = openNodeDb(settings.home)
   const registry = new SandboxRegistry(db)
   const record: SandboxRecord = {
-    id, tier: opts.tier, image: opts.image, manifest: shared.manifest, stateDir,
+    id, tier: opts.tier, image: opts.image, manifest: exposure.manifest, stateDir,
     createdAt: new Date().toISOString(), ownerPid: process.pid, keep: opts.keep === true
   }
   registry.add(record)
   const limits = { ...DEFAULT_LIMITS, ...opts.limits }
   let inner: Sandbox
   try {
-    inner = await driver.create({ id, imageName: opts.image, config: shared.config, rootfs: shared.mountpoint, stateDir, limits })
+    inner = await driver.create({
+      id, imageName: opts.image, config: exposure.config, stateDir, limits,
+      ...(exposure.rootfs === undefined ? {} : { rootfs: exposure.rootfs }),
+      ...(exposure.blockView === undefined ? {} : { blockView: exposure.blockView })
+    })
   } catch (err) {
     await cleanupSandbox(record).catch(() => {})
     registry.remove(id)
@@ -90,10 +103,10 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     id,
     tier: opts.tier,
     image: opts.image,
-    manifest: shared.manifest,
-    config: shared.config,
+    manifest: exposure.manifest,
+    config: exposure.config,
     stateDir,
-    imageMs: shared.mountMs,
+    imageMs: exposure.ms,
     ...(opts.tier === 'process' || opts.tier === 'container' ? { upperDir: overlayPaths(stateDir).upperDir } : {}),
     exec: async o => await inner.exec(o),
     stop: async () => { await inner.stop() },

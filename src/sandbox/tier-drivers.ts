@@ -9,7 +9,7 @@ import { ContainerTierDriver } from '../runtime/container/container-driver.js'
 import type { OciRuntimeName } from '../runtime/container/oci-runtime.js'
 import { ProcessTierDriver } from '../runtime/process/process-driver.js'
 import { TIERS, type Tier, type TierDriver } from '../runtime/sandbox.js'
-import { vmTierDriver } from './vm-tier-driver.js'
+import { MicrovmTierDriver, VmTierDriver } from '../runtime/vm/vm-drivers.js'
 
 export interface DriverOptions {
   /** OCI runtime for the container tier. Default runc. */
@@ -30,7 +30,8 @@ export function driverFor (tier: Tier, opts: DriverOptions = {}): TierDriver {
     switch (tier) {
       case 'process': d = new ProcessTierDriver(); break
       case 'container': d = new ContainerTierDriver({ runtime: opts.runtime ?? 'runc' }); break
-      case 'microvm': case 'vm': d = vmTierDriver(tier); break
+      case 'microvm': d = new MicrovmTierDriver(); break
+      case 'vm': d = new VmTierDriver(); break
     }
     drivers.set(key, d)
   }
