@@ -2,7 +2,8 @@
  * What every attack test asserts after the attack: containment.
  *
  * - the store: no object changed or disappeared (content digests), and none
- *   added;
+ *   added (a VM tier's block view is built when its first sandbox is
+ *   created, before the baseline);
  * - the image: the watched files on layerd's FUSE mount still have the
  *   fixture's bytes, and the mount counts no corrupt chunk;
  * - layerd: the same process still answers its control socket, within a bound;
@@ -13,6 +14,7 @@
  * May import: src/, fixtures/, tap (types), node built-ins.
  */
 import { createHash } from 'node:crypto'
+import { createReadStream } from 'node:fs'
 import { readdir, readFile, statfs } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Test } from 'tap'
@@ -31,6 +33,13 @@ export const STATE_OVERHEAD_BYTES = 24 * 1024 ** 2
 const HOST_NOISE_BYTES = 512 * 1024 ** 2
 
 export const sha256File = async (p: string): Promise<string> => createHash('sha256').update(await readFile(p)).digest('hex')
+
+/** sha256 of a large file, streamed. Async. */
+export async function sha256Stream (p: string): Promise<string> {
+  const h = createHash('sha256')
+  for await (const c of createReadStream(p)) h.update(c as Buffer)
+  return h.digest('hex')
+}
 
 /** sha256 of every file under `dir`, by relative path. Async. */
 export async function snapshotStore (dir: string): Promise<Map<string, string>> {
