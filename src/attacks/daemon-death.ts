@@ -22,7 +22,8 @@ export const READ_ERROR_BOUND_MS = 10_000
 export const RECOVERY_BOUND_MS = 30_000
 
 const READER = 'while :; do cat /usr/bin/python3.11 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/python3.11/typing.py > /dev/null || exit 3; done'
-const FUSE_GONE = /Transport endpoint is not connected|Software caused connection abort|Input\/output error|No such device/
+// ld.so reports the errno by number ("Error 107") when it cannot open a library.
+const FUSE_GONE = /Transport endpoint is not connected|Software caused connection abort|Input\/output error|No such device|Error (103|107|5)\b/
 
 /** The whole attack on one Linux tier (the node is this test's own: its layerd is killed). */
 export async function daemonDeathAttack (t: Test, node: AttackNode, tier: Tier): Promise<void> {
