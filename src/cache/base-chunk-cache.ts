@@ -19,6 +19,7 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   #hits = 0
   #misses = 0
   #rejected = 0
+  #writeErrors = 0
   readonly #writing = new Map<string, Promise<void>>()
   #closed = false
   #closing: Promise<void> | undefined
@@ -106,6 +107,7 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
       misses: this.#misses,
       evictions: this.quota.evictions,
       rejected: this.#rejected,
+      writeErrors: this.#writeErrors,
       capBytes: this.quota.capBytes,
       diskBytes: this.#closed ? 0 : this.diskBytes()
     }
@@ -122,6 +124,9 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   }
 
   protected get closed (): boolean { return this.#closed }
+
+  /** A backend that writes after put() resolved reports entries it then failed to store. */
+  protected countWriteErrors (entries: number): void { this.#writeErrors += entries }
 
   async #close (): Promise<void> {
     await Promise.allSettled([...this.#writing.values()])

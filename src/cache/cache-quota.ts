@@ -42,6 +42,11 @@ export interface EvictionSource {
   evict: (entries: IndexedEntry[]) => Promise<number>
   /** Persist access times (ms since the epoch). Keys no longer cached are ignored. Async. */
   saveAccessTimes: (times: ReadonlyMap<string, number>) => Promise<void>
+  /**
+   * Commit entries the backend still holds in memory, so coldest() sees
+   * them. Async. Backends that write at once need not have it.
+   */
+  flushWrites?: () => Promise<void>
 }
 
 export interface CacheQuotaOptions {
@@ -193,6 +198,7 @@ export class CacheQuota {
   }
 
   async #evictTo (source: EvictionSource, targetBytes: number): Promise<number> {
+    await source.flushWrites?.()
     await this.flushAccess()
     let evicted = 0
     while (this.#usage.bytes > targetBytes) {

@@ -41,6 +41,8 @@ export interface ChunkCacheStats {
   evictions: number
   /** put()s that did not store because the cap was reached and nothing could be evicted. */
   rejected: number
+  /** Entries accepted by put() that a backend writing in batches then failed to store (full disk): dropped, logged. */
+  writeErrors: number
   /** The cap, in bytes; Infinity when uncapped. */
   capBytes: number
   /** On-disk footprint (lmdb: pages in use); equals `bytes` for memory backends. */
@@ -84,14 +86,16 @@ export interface ChunkCache {
    * Insert chunk `digest`. Async; resolves once the entry is stored (visible
    * to get()), or skipped: already present, or the cap is reached and nothing
    * is evictable (`stats().rejected`). A cache is best-effort: callers must
-   * not rely on the entry staying.
+   * not rely on the entry staying. A persistent backend may write it to disk
+   * a moment later, in a batch (lmdb: within `writeDelayMs`; a crash loses
+   * at most the last batches; a failed batch counts in `stats().writeErrors`).
    *
    * Checks sha256(plain) === digest unless `verified` is set: throws
    * CorruptObjectError on mismatch (nothing stored), UsageError for a
    * malformed digest or a closed cache, LimitExceededError or
-   * StoreUnavailableError if the backing store cannot write.
-   * Do not mutate `plain` until the promise settles (lmdb writes it from
-   * another thread, without copying).
+   * StoreUnavailableError if a backend that writes at once cannot write (a
+   * batching backend logs and counts the failure instead).
+   * Do not mutate `plain` until the promise settles.
    */
   put: (digest: string, plain: Uint8Array, options?: PutOptions) => Promise<void>
 

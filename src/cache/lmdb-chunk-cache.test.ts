@@ -1,11 +1,14 @@
 import t from 'tap'
 import { open } from 'lmdb'
+import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { UnsupportedError } from '../errors.js'
+import { sha256Hex } from '../format/digest.js'
 import {
-  makeChunk, runChunkCacheConformance, runPersistenceConformance, tickingClock, type CacheFactory
+  makeChunk, makeMeta, runChunkCacheConformance, runPersistenceConformance, tickingClock, waitFor, type CacheFactory
 } from './chunk-cache.conformance.js'
 import { LmdbChunkCache } from './lmdb-chunk-cache.js'
+import { currentBootId, readMarker, writeMarker, type ShutdownMarker } from './shutdown-marker.js'
 
 const factory: CacheFactory = (tt, options = {}) => {
   const dir = join(tt.testdir(), 'cache')
@@ -64,4 +67,107 @@ t.test('LmdbChunkCache.open() refuses a cache written in another format', async 
   await env.openDB({ name: 'info' }).put('format', 99)
   await env.close()
   t.throws(() => LmdbChunkCache.open(dir), UnsupportedError)
+})
+
+t.test('LmdbChunkCache.put() batches inserts: visible at once, written in few transactions', async t => {
+  const dir = join(t.testdir(), 'cache')
+  const cache = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0, writeDelayMs: 60_000 })
+  t.teardown(() => cache.close())
+  const before = cache.lastTransactionId
+  const chunks = Array.from({ length: 200 }, (_, i) => makeChunk(500 + i * 37))
+  for (const c of chunks) await cache.put(c.digest, c.bytes)
+  t.equal(cache.lastTransactionId, before, 'nothing committed yet: the batch waits')
+  t.ok(chunks.every(c => cache.has(c.digest) && cache.get(c.digest)?.equals(c.bytes)), 'every entry served from the buffer')
+  const m = makeMeta()
+  await cache.putMeta(m.key, m.bytes)
+  t.ok(cache.getMeta(m.key)?.equals(m.bytes), 'metadata too')
+  await cache.flushWrites()
+  t.equal(cache.lastTransactionId, before + 1, '201 entries, one transaction')
+  t.ok(chunks.every(c => cache.get(c.digest)?.equals(c.bytes)), 'served from lmdb after the commit')
+  t.match(cache.stats(), { chunks: 200, metaObjects: 1, writeErrors: 0 })
+})
+
+t.test('LmdbChunkCache.put() writes a batch once its delay or size is reached', async t => {
+  const dir = join(t.testdir(), 'cache')
+  const cache = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0, writeDelayMs: 30, writeBatchBytes: 10_000 })
+  t.teardown(() => cache.close())
+  const start = cache.lastTransactionId
+  const small = makeChunk(100)
+  await cache.put(small.digest, small.bytes)
+  await waitFor(t, 'the delayed batch', () => cache.lastTransactionId > start)
+  const big = makeChunk(20_000)
+  const txn = cache.lastTransactionId
+  await cache.put(big.digest, big.bytes)
+  await waitFor(t, 'the full batch', () => cache.lastTransactionId > txn, 1_000)
+  t.ok(cache.get(big.digest)?.equals(big.bytes))
+})
+
+t.test('LmdbChunkCache delete() and eviction see buffered entries', async t => {
+  const dir = join(t.testdir(), 'cache')
+  const cache = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0, writeDelayMs: 60_000, clock: tickingClock(), capBytes: 10_000, lowWatermark: 0.5 })
+  t.teardown(() => cache.close())
+  const a = makeChunk(1000)
+  await cache.put(a.digest, a.bytes)
+  await cache.delete(a.digest)
+  t.equal(cache.has(a.digest), false, 'a buffered entry can be deleted')
+  t.equal(cache.stats().bytes, 0)
+  const chunks = Array.from({ length: 9 }, () => makeChunk(1000))
+  for (const c of chunks) await cache.put(c.digest, c.bytes)
+  t.equal(await cache.reclaim(), 4, 'reclaim evicts buffered entries once written, oldest first')
+  t.same(chunks.map(c => cache.has(c.digest)), [false, false, false, false, true, true, true, true, true])
+})
+
+t.test('LmdbChunkCache keeps what a killed process committed (noSync, same boot)', async t => {
+  const dir = join(t.testdir(), 'cache')
+  const moduleUrl = new URL('./lmdb-chunk-cache.js', import.meta.url).href
+  // The child commits 40 chunks, buffers 10 more, then dies without closing.
+  const script = `
+    import { createHash } from 'node:crypto'
+    import { LmdbChunkCache } from ${JSON.stringify(moduleUrl)}
+    const cache = LmdbChunkCache.open(${JSON.stringify(dir)}, { maintenanceIntervalMs: 0, writeDelayMs: 60000 })
+    const chunk = i => Buffer.alloc(3000 + i * 101, i)
+    const put = async i => { const b = chunk(i); await cache.put(createHash('sha256').update(b).digest('hex'), b) }
+    for (let i = 0; i < 40; i++) await put(i)
+    await cache.flushWrites()
+    for (let i = 40; i < 50; i++) await put(i)
+    process.kill(process.pid, 'SIGKILL')
+  `
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' })
+  t.equal(child.signal, 'SIGKILL', `child killed (stderr: ${child.stderr.slice(0, 300)})`)
+  const logs: string[] = []
+  const cache = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0, log: line => logs.push(line) })
+  t.teardown(() => cache.close())
+  const chunk = (i: number): Buffer => Buffer.alloc(3000 + i * 101, i)
+  const digest = (b: Buffer): string => sha256Hex(b)
+  t.same(logs, [], 'nothing discarded')
+  t.ok(Array.from({ length: 40 }, (_, i) => chunk(i)).every(b => cache.get(digest(b))?.equals(b)), 'every committed chunk survives, byte for byte')
+  t.equal(Array.from({ length: 10 }, (_, i) => chunk(40 + i)).filter(b => cache.has(digest(b))).length, 0, 'the unwritten batch is simply gone')
+  t.match(cache.stats(), { chunks: 40 }, 'counters match the data')
+})
+
+t.test('LmdbChunkCache.open() discards a cache left open without fsync in an earlier boot, and only then', async t => {
+  const c = makeChunk(5000)
+  const setup = async (marker: ShutdownMarker | undefined): Promise<{ kept: boolean, logs: string[] }> => {
+    const dir = join(t.testdir(), 'cache')
+    const first = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0 })
+    await first.put(c.digest, c.bytes)
+    await first.close()
+    if (marker !== undefined) writeMarker(dir, marker)
+    const logs: string[] = []
+    const again = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0, log: line => logs.push(line) })
+    const kept = again.get(c.digest)?.equals(c.bytes) === true
+    t.equal(again.stats().chunks, kept ? 1 : 0, 'counters follow')
+    await again.close()
+    t.equal(readMarker(dir)?.state, 'closed', 'closed cleanly again')
+    return { kept, logs }
+  }
+  const boot = currentBootId()
+  t.ok(boot.length > 0, 'this kernel exposes a boot id')
+  t.equal((await setup(undefined)).kept, true, 'clean close: kept')
+  t.equal((await setup({ state: 'open', noSync: true, bootId: boot, pid: 1 })).kept, true, 'killed process, same boot: kept')
+  t.equal((await setup({ state: 'open', noSync: false, bootId: 'an-earlier-boot', pid: 1 })).kept, true, 'synced writer, machine crash: kept (lmdb is consistent)')
+  const crashed = await setup({ state: 'open', noSync: true, bootId: 'an-earlier-boot', pid: 1 })
+  t.equal(crashed.kept, false, 'unsynced writer, machine went down: discarded')
+  t.match(crashed.logs.join('\n'), /discarding its contents: the machine went down/)
+  t.equal((await setup({ state: 'closed', noSync: true, bootId: boot, pid: 1, syncFailed: true })).kept, false, 'final sync failed: discarded')
 })

@@ -11,49 +11,74 @@
  * | lru      | [atimeMs, key]  | [size, kind]: the eviction order        |
  * | info     | 'usage' …       | usage counters, format version          |
  *
- * Every change (insert, delete, eviction batch, access-time flush) writes the
- * data, both index rows and the usage counters in ONE lmdb transaction
- * (lmdb-js batches the writes issued in one event turn), so a crash can lose
- * the last transactions but never leaves index, data and counters out of
- * step. The index is kept here, next to the data, rather than in the
- * node's sqlite: no second store to reconcile after a crash, and index
- * writes run on lmdb's write thread instead of blocking the FUSE thread
- * (see README.md for the measurement).
+ * Writes are batched: new entries wait in a WriteBuffer (visible to get()
+ * at once) and go to lmdb together, every `writeDelayMs` or `writeBatchBytes`,
+ * as ONE transaction that writes the data, both index rows and the usage
+ * counters of every entry in it. Deletes, evictions and access-time flushes
+ * are transactions of their own, likewise with index, data and counters
+ * together. A crash therefore loses at most the last batches, and never
+ * leaves index, data and counters out of step. The per-transaction cost
+ * (copied B-tree branch and leaf pages, free list, meta page, sync) is what
+ * made one-transaction-per-chunk write 4–15× the bytes it kept
+ * (bench/cache-writes.ts; README.md).
  *
- * Durability: lmdb-js's default overlappingSync (commit, then fsync off the
- * write lock) keeps the file consistent across power loss; `noSync` is
- * offered for throwaway caches only, since lmdb documents that a system crash
- * with it can corrupt the file. Entries are verified before insert, so a
- * consistent file never holds wrong bytes.
+ * The index is kept here, next to the data, rather than in the node's
+ * sqlite: no second store to reconcile after a crash, and index writes run
+ * on lmdb's write thread instead of blocking the FUSE thread.
+ *
+ * Durability (README.md, "Durability"): with `noSync` (the default) lmdb
+ * never fsyncs; the kernel writes pages back when it likes, so pages
+ * rewritten by consecutive transactions reach the disk once. That is safe
+ * against a killed process (committed pages are in the page cache), not
+ * against the machine going down: a shutdown marker (shutdown-marker.ts)
+ * records that the cache is open, and an open that finds the marker of an
+ * fsync-less writer from an earlier boot discards the file before lmdb
+ * reads it. `noSync: false` keeps lmdb-js's overlappingSync instead.
+ * Entries are verified before insert, so a consistent file never holds
+ * wrong bytes.
  *
  * Index mutations that read before they write (delete, eviction, access-time
- * flush) run one at a time, each after the previous one committed, so they
- * never act on a stale snapshot.
+ * flush) run one at a time, each after the previous one committed and after
+ * the write buffer has drained, so they never act on a stale snapshot.
  *
  * One process opens a cache directory at a time (the daemon, under its pid
  * file); the quota's counters live in that process.
  *
- * May import: src/errors.ts, ./base-chunk-cache.ts, ./cache-quota.ts, lmdb.
+ * May import: src/errors.ts, ./base-chunk-cache.ts, ./cache-quota.ts,
+ * ./write-buffer.ts, ./shutdown-marker.ts, lmdb, node built-ins.
  */
-import { mkdirSync } from 'node:fs'
-import { resolve } from 'node:path'
+import { mkdirSync, rmSync } from 'node:fs'
+import { join, resolve } from 'node:path'
 import { open, type Database, type RootDatabase } from 'lmdb'
 import { LimitExceededError, StoreUnavailableError, UnsupportedError } from '../errors.js'
 import { BaseChunkCache } from './base-chunk-cache.js'
 import {
   CacheQuota, type CacheQuotaOptions, type CacheUsage, type EntryKind, type IndexedEntry
 } from './cache-quota.js'
+import { currentBootId, distrustReason, fsyncPath, readMarker, writeMarker } from './shutdown-marker.js'
+import { WriteBuffer, type BufferedEntry } from './write-buffer.js'
 
 export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   /** Address space reserved for the map. Default: 2 × cap + 1 GiB (256 GiB when uncapped); lmdb-js grows it if needed. */
   mapSizeBytes?: number
-  /** Skip fsync entirely. Faster writes; a system crash may corrupt the file. Default false. */
+  /**
+   * Never fsync; the kernel writes back. Default true. Safe against a killed
+   * process; after the machine went down with the cache open, the next open
+   * discards the cache (see the module doc). false: lmdb-js overlappingSync.
+   */
   noSync?: boolean
+  /** Longest time a new entry waits in memory before its batch is written. Default 250 ms. */
+  writeDelayMs?: number
+  /** Buffered bytes that start a batch at once. Default 16 MiB. */
+  writeBatchBytes?: number
 }
 
 /** Bumped when the on-disk layout changes; an older cache must be removed. */
 export const LMDB_CACHE_FORMAT = 1
+export const DEFAULT_WRITE_DELAY_MS = 250
+export const DEFAULT_WRITE_BATCH_BYTES = 16 * 1024 * 1024
 const GIB = 1024 ** 3
+const LMDB_FILES = ['data.mdb', 'lock.mdb']
 const KIND_CODES: Record<EntryKind, number> = { chunk: 0, meta: 1 }
 const KINDS: EntryKind[] = ['chunk', 'meta']
 
@@ -69,12 +94,17 @@ export class LmdbChunkCache extends BaseChunkCache {
   readonly #access: Database<AccessRow, string>
   readonly #lru: Database<[number, number], LruKey>
   readonly #info: Database<unknown, string>
+  readonly #buffer: WriteBuffer
+  readonly #noSync: boolean
+  readonly #log: (line: string) => void
   #serial: Promise<unknown> = Promise.resolve()
 
   /**
-   * Open (creating) the cache in `dir`. Sync. Throws StoreUnavailableError
-   * when lmdb cannot open the directory, UnsupportedError for a cache
-   * written in another format, UsageError for invalid quota options.
+   * Open (creating) the cache in `dir`. Sync. A cache left open without
+   * fsync by a writer from an earlier boot is discarded first (logged).
+   * Throws StoreUnavailableError when lmdb cannot open the directory,
+   * UnsupportedError for a cache written in another format, UsageError for
+   * invalid quota options.
    */
   static open (dir: string, options: LmdbChunkCacheOptions = {}): LmdbChunkCache {
     return new LmdbChunkCache(resolve(dir), options)
@@ -84,11 +114,21 @@ export class LmdbChunkCache extends BaseChunkCache {
     const quota = new CacheQuota(options)
     super(quota)
     this.location = dir
+    this.#noSync = options.noSync ?? true
+    this.#log = options.log ?? (() => {})
     const cap = quota.capBytes
     const mapSize = options.mapSizeBytes ?? (Number.isFinite(cap) ? 2 * cap + GIB : 256 * GIB)
     try {
       mkdirSync(dir, { recursive: true, mode: 0o700 })
-      this.#env = open({ path: dir, noSubdir: false, mapSize, maxDbs: 8, noSync: options.noSync === true, noMemInit: true })
+      const bootId = currentBootId()
+      const distrust = distrustReason(readMarker(dir), bootId)
+      if (distrust !== undefined) {
+        this.#log(`chunk cache ${dir}: discarding its contents: ${distrust}`)
+        for (const f of LMDB_FILES) rmSync(join(dir, f), { force: true })
+      }
+      // Before the first write that skips fsync: the marker must never be behind the data.
+      writeMarker(dir, { state: 'open', noSync: this.#noSync, bootId, pid: process.pid })
+      this.#env = open({ path: dir, noSubdir: false, mapSize, maxDbs: 8, noSync: this.#noSync, noMemInit: true })
     } catch (err) {
       throw new StoreUnavailableError(`cannot open chunk cache ${dir}: ${(err as Error).message}`, { cause: err })
     }
@@ -103,33 +143,39 @@ export class LmdbChunkCache extends BaseChunkCache {
       throw new UnsupportedError(`chunk cache ${dir} has format ${String(format)}, this layerd reads ${LMDB_CACHE_FORMAT}: remove the directory`)
     }
     if (format === undefined) this.#info.putSync('format', LMDB_CACHE_FORMAT)
+    this.#buffer = new WriteBuffer({
+      delayMs: options.writeDelayMs ?? DEFAULT_WRITE_DELAY_MS,
+      maxBytes: options.writeBatchBytes ?? DEFAULT_WRITE_BATCH_BYTES,
+      commit: async batch => await this.#commitBatch(batch),
+      onError: (err, batch) => this.#batchFailed(err, batch)
+    })
     quota.attach(this, this.#loadUsage())
   }
 
   protected readChunk (digest: string): Buffer | undefined {
+    const pending = this.#buffer.get(digest)
+    if (pending !== undefined) return pending.kind === 'chunk' ? pending.bytes : undefined
     const fast = this.#chunks.getBinaryFast(digest)
     // lmdb's shared buffer reports a patched `length`; hand out a plain view of it.
     return fast === undefined ? undefined : fast.subarray(0, fast.length)
   }
 
   protected readMeta (key: string): Buffer | undefined {
+    const pending = this.#buffer.get(key)
+    if (pending !== undefined) return pending.kind === 'meta' ? Buffer.from(pending.bytes) : undefined
     return this.#meta.getBinary(key)
   }
 
   protected exists (kind: EntryKind, key: string): boolean {
+    const pending = this.#buffer.get(key)
+    if (pending !== undefined) return pending.kind === kind
     const row = this.#access.get(key)
     return row !== undefined && row[2] === KIND_CODES[kind]
   }
 
+  /** Buffer the entry (a copy: the caller may reuse its bytes once this resolves); it is written with the next batch. */
   protected async write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number): Promise<void> {
-    const code = KIND_CODES[kind]
-    const writes = [
-      this.#db(kind).put(key, bytes as Buffer),
-      this.#access.put(key, [atimeMs, bytes.length, code]),
-      this.#lru.put([atimeMs, key], [bytes.length, code]),
-      this.#info.put('usage', this.quota.usage())
-    ]
-    await this.#commit(writes, `store ${kind} ${key}`)
+    this.#buffer.add({ kind, key, bytes: Buffer.from(bytes), atimeMs })
   }
 
   protected remove (kind: EntryKind, key: string): Promise<void> {
@@ -146,8 +192,32 @@ export class LmdbChunkCache extends BaseChunkCache {
   }
 
   protected async closeStorage (): Promise<void> {
+    await this.#buffer.flush()
     await this.#serial.catch(() => {})
     await this.#env.close()
+    let syncFailed = false
+    if (this.#noSync) {
+      // lmdb never synced: make the file durable before calling it closed.
+      try { fsyncPath(join(this.location, 'data.mdb')) } catch (err) {
+        syncFailed = true
+        this.#log(`chunk cache ${this.location}: final sync failed, the cache will be discarded on next open: ${(err as Error).message}`)
+      }
+    }
+    try {
+      writeMarker(this.location, { state: 'closed', noSync: this.#noSync, bootId: currentBootId(), pid: process.pid, syncFailed })
+    } catch (err) {
+      this.#log(`chunk cache ${this.location}: cannot record a clean close: ${(err as Error).message}`)
+    }
+  }
+
+  /** Id of the last committed lmdb transaction: commits so far, for tests and benchmarks. Sync. */
+  get lastTransactionId (): number {
+    return (this.#env.getStats() as { lastTxnId: number }).lastTxnId
+  }
+
+  /** Write the buffered entries now. Async; resolves once they are committed (failures are logged and counted). */
+  async flushWrites (): Promise<void> {
+    await this.#buffer.flush()
   }
 
   * coldest (): Iterable<IndexedEntry> {
@@ -194,6 +264,38 @@ export class LmdbChunkCache extends BaseChunkCache {
     })
   }
 
+  /** One batch of new entries: data, index rows and counters, issued in one turn (one lmdb transaction). */
+  async #commitBatch (batch: BufferedEntry[]): Promise<void> {
+    const writes: Array<Promise<unknown>> = []
+    for (const { kind, key, bytes, atimeMs } of batch) {
+      const code = KIND_CODES[kind]
+      writes.push(
+        this.#db(kind).put(key, bytes),
+        this.#access.put(key, [atimeMs, bytes.length, code]),
+        this.#lru.put([atimeMs, key], [bytes.length, code])
+      )
+    }
+    writes.push(this.#info.put('usage', this.#persistedUsage()))
+    await this.#commit(writes, `store ${batch.length} entries`)
+  }
+
+  /** A batch did not commit: its entries are not cached after all. */
+  #batchFailed (err: unknown, batch: BufferedEntry[]): void {
+    if (this.closed) return
+    for (const e of batch) {
+      if (!this.exists(e.kind, e.key)) this.quota.removed(e.kind, e.bytes.length)
+    }
+    this.countWriteErrors(batch.length)
+    this.#log(`chunk cache ${this.location}: ${batch.length} new entries not stored: ${(err as Error).message}`)
+  }
+
+  /** Usage as the committed file will show it once the writes issued so far commit: the buffer's open entries left out. */
+  #persistedUsage (): CacheUsage {
+    const u = this.quota.usage()
+    const open = this.#buffer.openUsage()
+    return { bytes: u.bytes - open.bytes, chunks: u.chunks - open.chunks, metaBytes: u.metaBytes - open.metaBytes, metaObjects: u.metaObjects - open.metaObjects }
+  }
+
   /** Issue the removal of one present entry (sync) and account for it. */
   #removeRow (key: string, [atimeMs, size, code]: AccessRow): Array<Promise<unknown>> {
     const kind = KINDS[code] ?? 'chunk'
@@ -202,7 +304,7 @@ export class LmdbChunkCache extends BaseChunkCache {
       this.#db(kind).remove(key),
       this.#access.remove(key),
       this.#lru.remove([atimeMs, key]),
-      this.#info.put('usage', this.quota.usage())
+      this.#info.put('usage', this.#persistedUsage())
     ]
   }
 
@@ -210,8 +312,10 @@ export class LmdbChunkCache extends BaseChunkCache {
     return kind === 'chunk' ? this.#chunks : this.#meta
   }
 
+  /** Run `fn` after the previous index mutation and after every buffered write has committed. */
   #inOrder<T> (fn: () => Promise<T>): Promise<T> {
-    const next = this.#serial.then(fn, fn)
+    const run = async (): Promise<T> => { await this.#buffer.flush(); return await fn() }
+    const next = this.#serial.then(run, run)
     this.#serial = next.catch(() => {})
     return next
   }

@@ -1,0 +1,226 @@
+/**
+ * Write amplification of the node chunk cache: bytes that reach the disk
+ * per plain byte the cache keeps, on the fetcher's real path.
+ *
+ *   node dist/bench/cache-writes.js [--source DIR[,DIR…]] [--mib N] [--readers N]
+ *                                   [--sync] [--write-delay-ms N] [--writeback-ms N] [--read-gap-ms N] [--disk-dir DIR] [--out DIR]
+ *
+ * Input: real files (default this repo's node_modules, i.e. npm package
+ * trees like the deploy benchmark's task images, then /usr/lib/python3*),
+ * in path order up to N MiB (default 48), cut the way push cuts them
+ * (per-file FastCDC 16/64/256 KiB: a small file is one chunk), one zstd-3
+ * frame per chunk, packed into 32 MiB blobs of an FsObjectStore (on the
+ * root filesystem, not measured).
+ *
+ * The cache (LmdbChunkCache, as the daemon opens it) lives on a fresh
+ * loop-mounted ext4 disk of its own (bench/deploy/node-disk.ts), so the
+ * device's count of written sectors is the cache's alone. Phases:
+ * 1. cold: R readers (default 16) read the files in turn, one read() per
+ *    file as FUSE would, through ChunkFetcher; then the fetcher is idle;
+ * 2. warm: the same reads again (all hits), then the maintenance timer's
+ *    work (access times saved) and close().
+ * --read-gap-ms N: each reader pauses N ms after each file (a task that
+ * does something with what it read), spreading the inserts over time.
+ * --sync: lmdb-js overlappingSync instead of noSync. --writeback-ms N: a
+ * syncfs every N ms while the phases run, the worst case of kernel
+ * writeback for a noSync cache (Linux writes a dirty page back once it is
+ * 30 s old, so pages rewritten within 30 s normally reach the disk once;
+ * a run this short would otherwise hide the cost of rewriting them). Each phase reports /proc/self/io write_bytes (pages this process dirtied,
+ * lmdb's writer thread included), the device's written sectors after
+ * syncfs, and the cache's kept bytes.
+ *
+ * Bench-only: may import anything.
+ */
+import { createHash } from 'node:crypto'
+import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import { Compressor } from 'zstd-napi'
+import { ChunkFetcher, newFetchStats } from '../src/cache/chunk-fetcher.js'
+import { LmdbChunkCache } from '../src/cache/lmdb-chunk-cache.js'
+import { FastCdcChunker } from '../src/format/chunker.js'
+import { blobKey } from '../src/format/keys.js'
+import type { ChunkRef } from '../src/format/toc.js'
+import { FsObjectStore } from '../src/store/fs-object-store.js'
+import { arg, flag, fmt, markdownTable, MB, MIB, REPO_ROOT, startLoadSampler, writeReport } from './bench-report.js'
+import { runCommand } from '../fixtures/run-command.js'
+import { NodeDisk } from './deploy/node-disk.js'
+
+const BLOB_TARGET_BYTES = 32 * MIB
+const DISK_BYTES = 4 * 1024 * MIB
+
+interface Chunk { digest: string, plain: Buffer, frame: Buffer }
+/** One file: the refs a read of it asks for. */
+type FileRefs = ChunkRef[]
+
+function * walk (dir: string): Generator<string> {
+  let names: string[]
+  try { names = readdirSync(dir).sort() } catch { return }
+  for (const n of names) {
+    const p = join(dir, n)
+    const st = statSync(p, { throwIfNoEntry: false })
+    if (st === undefined) continue
+    if (st.isDirectory()) yield * walk(p)
+    else if (st.isFile() && st.size > 0) yield p
+  }
+}
+
+/** Files cut per file (as push does), distinct chunks compressed once. */
+function loadFiles (sources: string[], limitBytes: number): { files: Chunk[][], chunks: Chunk[] } {
+  const compressor = new Compressor()
+  compressor.setParameters({ compressionLevel: 3 })
+  const byDigest = new Map<string, Chunk>()
+  const files: Chunk[][] = []
+  let total = 0
+  for (const src of sources) {
+    for (const path of walk(src)) {
+      if (total >= limitBytes) break
+      let data: Buffer
+      try { data = readFileSync(path) } catch { continue }
+      const chunker = new FastCdcChunker({ minSize: 16 * 1024, avgSize: 64 * 1024, maxSize: 256 * 1024 })
+      const pieces = chunker.push(data)
+      const tail = chunker.flush()
+      if (tail !== undefined) pieces.push(tail)
+      const file: Chunk[] = []
+      for (const piece of pieces) {
+        const plain = Buffer.from(piece)
+        const digest = createHash('sha256').update(plain).digest('hex')
+        let c = byDigest.get(digest)
+        if (c === undefined) {
+          c = { digest, plain, frame: compressor.compress(plain) }
+          byDigest.set(digest, c)
+          total += plain.length
+        }
+        file.push(c)
+      }
+      files.push(file)
+    }
+  }
+  return { files, chunks: [...byDigest.values()] }
+}
+
+async function writeBytes (): Promise<number> {
+  const m = /^write_bytes:\s+(\d+)$/m.exec(await readFile('/proc/self/io', 'utf8'))
+  return Number(m![1])
+}
+
+interface PhaseFigures { phase: string, seconds: number, processWriteBytes: number, deviceWrittenBytes: number, keptBytes: number, diskBytes: number, chunks: number }
+
+async function main (): Promise<void> {
+  const pythons = readdirSync('/usr/lib').filter(n => /^python3(\.\d+)?$/.test(n)).map(n => `/usr/lib/${n}`)
+  const sources = arg('source', [join(REPO_ROOT, 'node_modules'), ...pythons].join(',')).split(',')
+  const mib = Number(arg('mib', '48'))
+  const readers = Number(arg('readers', '16'))
+  const noSync = !flag('sync')
+  const writeDelayMs = Number(arg('write-delay-ms', '250'))
+  const writebackMs = Number(arg('writeback-ms', '0'))
+  const readGapMs = Number(arg('read-gap-ms', '0'))
+  const command = `node dist/bench/cache-writes.js --mib ${mib} --readers ${readers} --write-delay-ms ${writeDelayMs}${noSync ? '' : ' --sync'}${writebackMs > 0 ? ` --writeback-ms ${writebackMs}` : ''}${readGapMs > 0 ? ` --read-gap-ms ${readGapMs}` : ''}`
+  console.error(command)
+  const load = startLoadSampler()
+
+  const { files, chunks } = loadFiles(sources, mib * MIB)
+  const plainBytes = chunks.reduce((n, c) => n + c.plain.length, 0)
+  const sizes = chunks.map(c => c.plain.length).sort((a, b) => a - b)
+  console.error(`  ${files.length} files, ${chunks.length} distinct chunks, ${fmt(plainBytes / MB, 1)} MB plain, median chunk ${fmt(sizes[sizes.length >> 1]! / 1024, 1)} KiB`)
+
+  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-cache-writes-'))
+  const disk = await NodeDisk.create(join(arg('disk-dir', work), 'node'), DISK_BYTES)
+  try {
+    // ---- the store: frames packed into blobs in file order (what push does)
+    const store = new FsObjectStore(join(work, 'store'), { fsync: false })
+    const refOf = new Map<string, ChunkRef>()
+    let parts: Buffer[] = []
+    let members: Array<{ c: Chunk, offset: number }> = []
+    let pos = 0
+    const flushBlob = async (): Promise<void> => {
+      if (parts.length === 0) return
+      const bytes = Buffer.concat(parts)
+      const blob = createHash('sha256').update(bytes).digest('hex')
+      await store.put(blobKey(blob), bytes)
+      for (const { c, offset } of members) refOf.set(c.digest, { digest: c.digest, blob, offset, compressedLength: c.frame.length, length: c.plain.length })
+      parts = []; members = []; pos = 0
+    }
+    for (const file of files) {
+      for (const c of file) {
+        if (refOf.has(c.digest) || members.some(m => m.c === c)) continue
+        parts.push(c.frame); members.push({ c, offset: pos }); pos += c.frame.length
+        if (pos >= BLOB_TARGET_BYTES) await flushBlob()
+      }
+    }
+    await flushBlob()
+    const fileRefs: FileRefs[] = files.map(f => f.map(c => refOf.get(c.digest)!))
+
+    // ---- the cache on its own disk, opened as the daemon opens it
+    const cacheDir = join(disk.mountpoint, 'cache')
+    await disk.markBaseline()
+    const cache = LmdbChunkCache.open(cacheDir, { noSync, writeDelayMs })
+    const fetcher = new ChunkFetcher(store, cache)
+    const stats = newFetchStats()
+    const readAll = async (): Promise<void> => {
+      let next = 0
+      await Promise.all(Array.from({ length: readers }, async () => {
+        while (next < fileRefs.length) {
+          const refs = fileRefs[next++]!
+          await fetcher.read(refs, { stats })
+          if (readGapMs > 0) await new Promise(resolve => setTimeout(resolve, readGapMs))
+        }
+      }))
+    }
+    const figures: PhaseFigures[] = []
+    const phase = async (name: string, fn: () => Promise<void>): Promise<void> => {
+      const d0 = await disk.figures()
+      const w0 = await writeBytes()
+      const t0 = performance.now()
+      let syncing = Promise.resolve()
+      const writeback = writebackMs > 0 ? setInterval(() => { syncing = syncing.then(async () => { await runCommand('sync', ['-f', disk.mountpoint]) }) }, writebackMs) : undefined
+      await fn()
+      clearInterval(writeback)
+      await syncing
+      const seconds = (performance.now() - t0) / 1000
+      const w1 = await writeBytes()
+      const writtenBytes = (await disk.figures()).writtenBytes - d0.writtenBytes
+      const s = cache.stats()
+      figures.push({ phase: name, seconds, processWriteBytes: w1 - w0, deviceWrittenBytes: writtenBytes, keptBytes: s.bytes, diskBytes: s.diskBytes, chunks: s.chunks })
+      console.error(`  ${name}: ${fmt(seconds, 2)} s, process write_bytes ${fmt((w1 - w0) / MB, 1)} MB, device ${fmt(writtenBytes / MB, 1)} MB, kept ${fmt(s.bytes / MB, 1)} MB in ${s.chunks} chunks, lmdb file ${fmt(s.diskBytes / MB, 1)} MB`)
+    }
+    await phase('cold read (fetch + insert)', async () => { await readAll(); await fetcher.idle() })
+    let closed = false
+    await phase('warm read, then close (access times saved)', async () => {
+      await readAll()
+      await fetcher.close()
+      await cache.close()
+      closed = true
+    })
+    if (!closed) await cache.close()
+    await store.close()
+
+    // ---- everything kept survived close, byte for byte
+    const again = LmdbChunkCache.open(cacheDir, { maintenanceIntervalMs: 0 })
+    let bad = 0
+    for (const c of chunks) if (again.get(c.digest)?.equals(c.plain) !== true) bad++
+    const reopened = again.stats()
+    await again.close()
+    if (bad > 0) throw new Error(`${bad} of ${chunks.length} chunks missing or wrong after reopen`)
+    const total = await disk.figures()
+    console.error(`  reopened: all ${chunks.length} chunks served, ${fmt(reopened.bytes / MB, 1)} MB; lmdb file ${fmt(reopened.diskBytes / MB, 1)} MB; device written since the cache was opened ${fmt(total.writtenBytes / MB, 1)} MB`)
+
+    const rows = figures.map(f => [
+      f.phase, fmt(f.seconds, 2), fmt(f.processWriteBytes / MB, 1), fmt(f.deviceWrittenBytes / MB, 1),
+      fmt(f.deviceWrittenBytes / plainBytes, 2), fmt(f.keptBytes / MB, 1), fmt(f.diskBytes / MB, 1)
+    ])
+    const markdown = [
+      `${files.length} files (${sources.join(', ')}), ${chunks.length} distinct chunks, ${fmt(plainBytes / MB, 1)} MB plain ` +
+        `(median chunk ${fmt(sizes[sizes.length >> 1]! / 1024, 1)} KiB), ${readers} readers, one read() per file, ` +
+        `cache ${noSync ? 'noSync' : 'overlappingSync'}, write delay ${writeDelayMs} ms, on its own loop-mounted ext4 disk${writebackMs > 0 ? `, syncfs every ${writebackMs} ms` : ''}${readGapMs > 0 ? `, ${readGapMs} ms pause after each file` : ''}. MB = 10^6 bytes.`,
+      '',
+      markdownTable(['phase', 's', 'process write_bytes (MB)', 'device written (MB)', 'device ÷ plain inserted', 'kept (MB)', 'lmdb file (MB)'], rows)
+    ].join('\n')
+    await writeReport({ name: 'cache-writes', title: 'Chunk cache write amplification', command, load: load.stop(), markdown, data: { plainBytes, chunks: chunks.length, files: files.length, readers, noSync, figures } })
+  } finally {
+    await disk.destroy()
+    await rm(work, { recursive: true, force: true })
+  }
+}
+
+await main()

@@ -1,0 +1,112 @@
+/**
+ * WriteBuffer: new cache entries held in memory for a moment, then handed
+ * to the backend in one batch (one lmdb transaction), so the per-transaction
+ * cost (B-tree pages copied on write, the free list, the meta page, a sync)
+ * is paid once per batch instead of once per chunk. Entries are visible to
+ * reads (`get`) from the moment they are added until their batch has
+ * committed, so a reader never falls in the gap between the two.
+ *
+ * A batch goes when the oldest open entry is `delayMs` old or the open
+ * entries reach `maxBytes`, or on `flush()`. Batches commit in the order
+ * they were issued (the backend issues each batch's writes synchronously).
+ *
+ * May import: ./cache-quota.ts (types). Nothing else from the project.
+ */
+import type { CacheUsage, EntryKind } from './cache-quota.js'
+
+export interface BufferedEntry {
+  kind: EntryKind
+  key: string
+  /** Owned by the buffer (a copy of the caller's bytes). */
+  bytes: Buffer
+  atimeMs: number
+}
+
+export interface WriteBufferOptions {
+  /** Longest time an entry waits before its batch is issued. */
+  delayMs: number
+  /** Open bytes that issue a batch at once. */
+  maxBytes: number
+  /**
+   * Store a batch. Must issue every write synchronously (before its first
+   * await), so batches commit in the order they were issued. Async.
+   */
+  commit: (batch: BufferedEntry[]) => Promise<void>
+  /** A batch failed to commit: none of its entries can be assumed stored. */
+  onError: (err: unknown, batch: BufferedEntry[]) => void
+}
+
+export class WriteBuffer {
+  readonly #options: WriteBufferOptions
+  /** Every entry not yet committed: open and being committed. */
+  readonly #uncommitted = new Map<string, BufferedEntry>()
+  #open: BufferedEntry[] = []
+  #openUsage: CacheUsage = emptyUsage()
+  #timer: NodeJS.Timeout | undefined
+  /** The last batch issued; later batches commit after it. */
+  #lastCommit: Promise<void> = Promise.resolve()
+
+  constructor (options: WriteBufferOptions) {
+    this.#options = options
+  }
+
+  /** The uncommitted entry under `key`, or undefined. Sync. */
+  get (key: string): BufferedEntry | undefined {
+    return this.#uncommitted.size === 0 ? undefined : this.#uncommitted.get(key)
+  }
+
+  /** Entries not yet committed. */
+  get size (): number { return this.#uncommitted.size }
+
+  /** Usage of the entries not yet handed to the backend (what its persisted counters must leave out). */
+  openUsage (): CacheUsage { return { ...this.#openUsage } }
+
+  /** Add an entry (its bytes already owned by the buffer). Sync; a full buffer issues its batch at once. */
+  add (entry: BufferedEntry): void {
+    this.#uncommitted.set(entry.key, entry)
+    this.#open.push(entry)
+    const u = this.#openUsage
+    u.bytes += entry.bytes.length
+    if (entry.kind === 'chunk') u.chunks++
+    else { u.metaBytes += entry.bytes.length; u.metaObjects++ }
+    if (u.bytes >= this.#options.maxBytes) this.#issue()
+    else if (this.#timer === undefined) {
+      this.#timer = setTimeout(() => this.#issue(), this.#options.delayMs)
+      this.#timer.unref()
+    }
+  }
+
+  /** Issue the open entries now and resolve once everything added so far has committed (or failed). Async; never rejects. */
+  async flush (): Promise<void> {
+    this.#issue()
+    await this.#lastCommit
+  }
+
+  /** Issue the open batch (sync). */
+  #issue (): void {
+    if (this.#timer !== undefined) { clearTimeout(this.#timer); this.#timer = undefined }
+    if (this.#open.length === 0) return
+    const batch = this.#open
+    this.#open = []
+    this.#openUsage = emptyUsage()
+    let committing: Promise<void>
+    try {
+      committing = this.#options.commit(batch)
+    } catch (err) {
+      committing = Promise.reject(err)
+    }
+    const done = committing.then(
+      () => this.#forget(batch),
+      (err: unknown) => { this.#forget(batch); this.#options.onError(err, batch) }
+    )
+    this.#lastCommit = Promise.all([this.#lastCommit, done]).then(() => {})
+  }
+
+  #forget (batch: BufferedEntry[]): void {
+    for (const e of batch) if (this.#uncommitted.get(e.key) === e) this.#uncommitted.delete(e.key)
+  }
+}
+
+function emptyUsage (): CacheUsage {
+  return { bytes: 0, chunks: 0, metaBytes: 0, metaObjects: 0 }
+}
