@@ -79,10 +79,11 @@ export async function forkBombAttack (t: Test, node: AttackNode, tier: Tier): Pr
   const sb = await node.sandbox(t, tier, { pids: BOMB_PIDS })
   const before = await takeBaseline(node)
   const started = performance.now()
-  // The loop outlives failed forks, so the bomb runs until the timeout takes the whole tree down.
   const bomb = await sh(sb, 'b() { b | b & }; b; while :; do sleep 1; done', { timeoutMs: BOMB_TIMEOUT_MS, user: 'root' })
   const ms = performance.now() - started
-  t.equal(bomb.timedOut, true, 'the fork bomb ran until the timeout')
+  // Either the timeout kills the tree, or the bomb's own shell dies of a failed fork first (dash treats that as
+  // fatal) and its pid namespace takes every bomb process with it: both are the limit holding.
+  t.ok(bomb.timedOut || bomb.exitCode !== 0, `the bomb did not run to completion: ${bomb.timedOut ? 'killed by the timeout' : `its shell died (exit ${bomb.exitCode})`}`)
   t.ok(ms < BOMB_BOUND_MS, `the whole tree was killed and the exec returned ${Math.round(ms)} ms after the start (bound ${BOMB_BOUND_MS} ms)`)
   t.match(bomb.stderr.toString(), /fork|Resource temporarily unavailable/i, 'forks failed with EAGAIN at the limit')
   const peak = await cgroupValue('pids', sb.id, 'pids.peak')
