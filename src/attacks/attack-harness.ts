@@ -37,9 +37,8 @@ export const ATTACK_IMAGE = 'deb/python:v1'
 export const MIB = 1024 ** 2
 /** Default limits of an attack sandbox: small, so floods and hogs hit them fast. */
 export const ATTACK_LIMITS: SandboxLimits = { diskBytes: 64 * MIB, memoryBytes: 256 * MIB, pids: 256 }
-/** The Linux tiers (bubblewrap, OCI runtime) and all four. */
+/** The Linux tiers (bubblewrap, OCI runtime). */
 export const LINUX_TIERS: readonly Tier[] = ['process', 'container']
-export const ALL_TIERS: readonly Tier[] = ['process', 'container', 'microvm', 'vm']
 
 const STORE_CACHE_VERSION = 1
 const STORE_LOCK_TIMEOUT_MS = 10 * 60 * 1000
