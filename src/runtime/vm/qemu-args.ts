@@ -34,6 +34,8 @@ export interface QemuVmConfig {
   overlay: string
   /** Unix socket the host listens on; QEMU connects to it as the agent port's backend. */
   agentSocket: string
+  /** Unix socket of QEMU's human monitor (diagnostics of a boot that hangs). */
+  monitorSocket: string
   consoleLog: string
 }
 
@@ -56,6 +58,7 @@ export function qemuArgs (c: QemuVmConfig): string[] {
     '-append', c.cmdline,
     '-chardev', `file,id=console,path=${c.consoleLog}`,
     '-serial', 'chardev:console',
+    '-monitor', `unix:${c.monitorSocket},server=on,wait=off`,
     '-blockdev', `node-name=${BLOCK_VIEW_FILE_NODE},driver=file,filename=${c.blockView},read-only=on,locking=off`,
     '-blockdev', `node-name=blockview,driver=raw,file=${BLOCK_VIEW_FILE_NODE},read-only=on`,
     '-blockdev', `node-name=overlay-file,driver=file,filename=${c.overlay},cache.no-flush=on`,
@@ -79,6 +82,8 @@ export interface GuestCmdlineOptions {
   channel: 'serial' | { vsockPort: number }
   /** reboot= method: `t` (triple fault) for QEMU, `k` (keyboard controller) for Firecracker. */
   reboot: 't' | 'k'
+  /** No PCI bus (microvm, Firecracker): `pci=off` skips probing for one. */
+  noPci?: boolean
 }
 
 /**
@@ -87,7 +92,9 @@ export interface GuestCmdlineOptions {
  * page-table isolation switch on every syscall is a large cost.
  */
 export function guestCmdline (o: GuestCmdlineOptions): string {
-  const args = ['console=ttyS0', 'quiet', 'loglevel=3', 'panic=-1', `reboot=${o.reboot}`, 'mitigations=off', 'random.trust_cpu=on']
+  // loglevel=4: the console stays quiet on a good boot (every byte is an emulated UART write) but shows warnings (stalls, oopses).
+  const args = ['console=ttyS0', 'quiet', 'loglevel=4', 'panic=-1', `reboot=${o.reboot}`, 'mitigations=off', 'random.trust_cpu=on']
+  if (o.noPci === true) args.push('pci=off')
   if (o.accel === 'tcg') {
     args.push('tsc=reliable', 'no_timer_check')
     if (o.tscKhz !== undefined) args.push(`tsc_early_khz=${o.tscKhz}`)

@@ -28,9 +28,10 @@ import { FIRECRACKER_VSOCK_PORT, firecrackerArgs, firecrackerConfig } from './fi
 import { DEFAULT_VM_CACHE_DIR, findGuestKernelSource, prepareGuestKernel, type GuestKernel, type GuestKernelSource } from './guest-kernel.js'
 import { copyImageKernel, findImageKernel } from './image-kernel.js'
 import { guestCmdline, qemuArgs, type Accel, type QemuMachine } from './qemu-args.js'
+import { describeVcpus } from './qemu-monitor.js'
 import { createOverlay, createScratchDisk } from './vm-disks.js'
 import { chooseAccel, findOnPath, hostTscKhz } from './vm-host.js'
-import { DEFAULT_BOOT_TIMEOUT_MS, launchVm, type HypervisorLaunch, type VmSandbox } from './vm-sandbox.js'
+import { DEFAULT_BOOT_TIMEOUT_MS, VmBootTimeoutError, launchVm, type HypervisorLaunch, type VmSandbox } from './vm-sandbox.js'
 
 export const DEFAULT_RUN_DIR = '/run/layerd/vm'
 export const MIN_GUEST_MEMORY_MIB = 128
@@ -51,7 +52,15 @@ export interface VmDriverOptions {
   qemu?: string
   /** microvm: use Firecracker 'auto' (when on PATH and KVM works; default), 'never' or 'always'. */
   firecracker?: 'auto' | 'never' | 'always'
+  /** Per boot attempt; default 60 s. */
   bootTimeoutMs?: number
+  /**
+   * Boots tried before create() gives up (default 2). Under TCG on a busy
+   * host a guest very rarely stalls before its agent starts (seen once in
+   * a few hundred boots); a fresh boot then works. Each failed attempt's
+   * diagnostics go to `<stateDir>/boot-failure-N.txt`.
+   */
+  bootAttempts?: number
   /** Cap on collected stdout and on stderr of one exec. Default 16 MiB. */
   maxOutputBytes?: number
 }
@@ -127,7 +136,7 @@ abstract class VmTierDriverBase implements TierDriver {
       const fc = {
         vmlinux: kernel.vmlinux, initrd: kernel.initrd, blockView: spec.blockView, scratchDisk: join(spec.stateDir, 'scratch.ext4'),
         vcpus: cpus, memoryMiB, vsockPath: join(runDir, 'v.sock'),
-        bootArgs: `${guestCmdline({ accel: 'kvm', pids: spec.limits.pids, resize: false, scratchDevice: '/dev/vdb', channel: { vsockPort: FIRECRACKER_VSOCK_PORT }, reboot: 'k' })} pci=off`
+        bootArgs: guestCmdline({ accel: 'kvm', pids: spec.limits.pids, resize: false, scratchDevice: '/dev/vdb', channel: { vsockPort: FIRECRACKER_VSOCK_PORT }, reboot: 'k', noPci: true })
       }
       if (this.tier === 'microvm') await writeFile(join(spec.stateDir, 'firecracker.json'), `${JSON.stringify(firecrackerConfig(fc), null, 2)}\n`)
       let sandbox: VmSandbox
@@ -146,13 +155,27 @@ abstract class VmTierDriverBase implements TierDriver {
         const overlay = join(spec.stateDir, 'overlay.qcow2')
         await createOverlay(spec.blockView, overlay, spec.limits.diskBytes)
         const agentSocket = join(runDir, 'agent.sock')
-        const cmdline = guestCmdline({ accel, tscKhz: accel === 'tcg' ? await hostTscKhz() : undefined, pids: spec.limits.pids, resize: true, channel: 'serial', reboot: 't' })
+        const monitorSocket = join(runDir, 'monitor.sock')
+        const cmdline = guestCmdline({ accel, tscKhz: accel === 'tcg' ? await hostTscKhz() : undefined, pids: spec.limits.pids, resize: true, channel: 'serial', reboot: 't', noPci: this.machine === 'microvm' })
         const argv = qemuArgs({
           machine: this.machine, accel, kernel: kernel.vmlinux, initrd: kernel.initrd, cmdline, memoryMiB, cpus,
-          blockView: spec.blockView, overlay, agentSocket, consoleLog: join(spec.stateDir, 'console.log')
+          blockView: spec.blockView, overlay, agentSocket, monitorSocket, consoleLog: join(spec.stateDir, 'console.log')
         })
-        const launch: HypervisorLaunch = { name: 'qemu', argv: [this.opts.qemu, ...argv], consoleLog: join(spec.stateDir, 'console.log'), logFile: join(spec.stateDir, 'qemu.log'), agentSocket }
-        sandbox = await launchVm({ ...init, launch })
+        const launch: HypervisorLaunch = {
+          name: 'qemu', argv: [this.opts.qemu, ...argv], consoleLog: join(spec.stateDir, 'console.log'), logFile: join(spec.stateDir, 'qemu.log'), agentSocket,
+          diagnose: async () => await describeVcpus(monitorSocket)
+        }
+        const attempts = Math.max(1, this.opts.bootAttempts ?? 2)
+        for (let attempt = 1; ; attempt++) {
+          try {
+            sandbox = await launchVm({ ...init, launch })
+            break
+          } catch (err) {
+            if (!(err instanceof VmBootTimeoutError) || attempt >= attempts) throw err
+            await writeFile(join(spec.stateDir, `boot-failure-${attempt}.txt`), `${err.message}\n`)
+            await createOverlay(spec.blockView, overlay, spec.limits.diskBytes)
+          }
+        }
       }
       return sandbox
     } catch (err) {

@@ -23,7 +23,10 @@ import { AgentChannel, VmGoneError } from './agent-channel.js'
 import type { GuestKernel } from './guest-kernel.js'
 
 /** A guest that has not said READY by then is not going to (TCG on a loaded 2-core host: a boot takes 5-20 s). */
-export const DEFAULT_BOOT_TIMEOUT_MS = 120_000
+export const DEFAULT_BOOT_TIMEOUT_MS = 60_000
+
+/** The guest did not reach its agent in time (as opposed to a hypervisor that would not start): worth one more try. */
+export class VmBootTimeoutError extends UnsupportedError {}
 const SHUTDOWN_GRACE_MS = 5000
 /** After an exec's timeout, the agent has this long to report the killed command before the VM is killed. */
 const KILL_GRACE_MS = 10_000
@@ -39,6 +42,8 @@ export interface HypervisorLaunch {
   logFile: string
   /** Unix socket the host listens on for the agent's connection. */
   agentSocket: string
+  /** What the vCPUs are doing, for the message of a boot that timed out. */
+  diagnose?: () => Promise<string>
 }
 
 export interface VmTimings {
@@ -51,6 +56,12 @@ export interface VmTimings {
 async function consoleTail (path: string): Promise<string> {
   const text = await readFile(path, 'latin1').catch(() => '')
   return text.slice(-CONSOLE_TAIL_BYTES).trim().split('\n').slice(-12).join(' | ')
+}
+
+/** Console and log tails, and the vCPU state when the hypervisor can say (before it is killed). */
+async function bootFailureDetail (launch: HypervisorLaunch): Promise<string> {
+  const vcpus = launch.diagnose === undefined ? '' : `; vcpus: ${await launch.diagnose().catch((e: Error) => e.message)}`
+  return `console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}${vcpus}`
 }
 
 async function listen (path: string): Promise<Server> {
@@ -98,21 +109,28 @@ export async function launchVm (init: VmSandboxInit): Promise<VmSandbox> {
   if (child.pid !== undefined) await writeFile(`${init.spec.stateDir}/${launch.name}.pid`, `${child.pid}\n`)
   const connected = new Promise<Socket>(resolve => server.once('connection', resolve))
   let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<string>(resolve => { timer = setTimeout(() => resolve(`no answer from the guest agent within ${init.bootTimeoutMs} ms`), init.bootTimeoutMs) })
+  let timedOut = false
+  const timeout = new Promise<string>(resolve => {
+    timer = setTimeout(() => { timedOut = true; resolve(`no answer from the guest agent within ${init.bootTimeoutMs} ms`) }, init.bootTimeoutMs)
+  })
+  const failure = async (why: string): Promise<Error> => {
+    const message = `${init.tier} sandbox ${init.spec.id} did not boot: ${why}; ${await bootFailureDetail(launch)}`
+    return timedOut ? new VmBootTimeoutError(message) : new UnsupportedError(message)
+  }
   try {
     const first = await Promise.race([connected, exited, timeout])
-    if (typeof first === 'string') throw new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${first}; console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}`)
+    if (typeof first === 'string') throw await failure(first)
     server.close() // one connection per VM; the listening socket is no longer needed
     const channel = new AgentChannel(first, { maxOutputBytes: init.maxOutputBytes })
     const ready = await Promise.race([channel.ready, exited, timeout])
-    if (typeof ready === 'string') throw new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${ready}; console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}`)
+    if (typeof ready === 'string') throw await failure(ready)
     const timings: VmTimings = { bootMs: performance.now() - started, guestUptimeMs: Math.round(Number(ready.uptimeS ?? 0) * 1000) }
     return new VmSandbox(init, child, exited, channel, timings, ready)
   } catch (err) {
     child.kill('SIGKILL')
     server.close()
     await exited
-    throw err instanceof UnsupportedError ? err : new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${(err as Error).message}; console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}`, { cause: err })
+    throw err instanceof UnsupportedError ? err : new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${(err as Error).message}; ${await bootFailureDetail(launch)}`, { cause: err })
   } finally {
     clearTimeout(timer)
   }
