@@ -9,6 +9,9 @@ import { createServer, type Server, type Socket } from 'node:net'
 import { LayerdError, UsageError } from '../errors.js'
 import { MAX_REQUEST_BYTES, type ControlRequest, type ControlResponse } from './control-protocol.js'
 
+/** sun_path is 108 bytes on Linux, NUL included. */
+export const MAX_SOCKET_PATH_BYTES = 107
+
 export type ControlHandler = (params: any) => Promise<unknown>
 
 export class ControlServer {
@@ -24,6 +27,9 @@ export class ControlServer {
 
   /** Listen on `path` (replacing a stale socket file), mode 0600. Async. */
   async listen (path: string): Promise<void> {
+    if (Buffer.byteLength(path) > MAX_SOCKET_PATH_BYTES) {
+      throw new UsageError(`cannot listen on ${path}: a Unix socket path is at most ${MAX_SOCKET_PATH_BYTES} bytes; use a shorter --home`)
+    }
     await rm(path, { force: true })
     const server = createServer(socket => this.#serve(socket))
     await new Promise<void>((resolve, reject) => {

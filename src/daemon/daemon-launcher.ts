@@ -4,13 +4,14 @@
  * layerd in the background (detached, logging to `<home>/layerd.log`) and
  * waits for it. A stale socket or pid file from a killed daemon is cleared.
  *
- * May import: src/errors.ts, this folder.
+ * May import: src/errors.ts, src/state/, this folder.
  */
 import { spawn } from 'node:child_process'
-import { mkdirSync, openSync, closeSync, readFileSync, rmSync } from 'node:fs'
+import { openSync, closeSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { DaemonUnavailableError } from '../errors.js'
+import { ensureHomeDir } from '../state/node-db.js'
 import { ControlClient } from './control-client.js'
 import { pidFilePath, socketPath } from './control-protocol.js'
 
@@ -57,7 +58,7 @@ export async function connectDaemon (opts: DaemonOptions): Promise<ControlClient
 }
 
 function startDaemon (opts: DaemonOptions): void {
-  mkdirSync(opts.home, { recursive: true, mode: 0o700 })
+  ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
     const child = spawn(process.execPath, [DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])], {

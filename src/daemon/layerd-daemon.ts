@@ -10,13 +10,13 @@
  *
  * May import: everything below src/daemon.
  */
-import { mkdirSync, openSync, writeSync, closeSync, readFileSync, rmSync } from 'node:fs'
+import { openSync, writeSync, closeSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { LayerdError, UsageError } from '../errors.js'
 import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { exportImage, type ExportTarget } from '../materialize/export-image.js'
-import { openNodeDb, type NodeDb } from '../state/node-db.js'
+import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { pidFilePath, socketPath } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
@@ -64,7 +64,7 @@ export class LayerdDaemon {
 
   async start (): Promise<void> {
     const { home, log } = this.config
-    mkdirSync(home, { recursive: true, mode: 0o700 })
+    ensureHomeDir(home)
     this.#takePidFile()
     try {
       this.#db = openNodeDb(home)

@@ -4,13 +4,16 @@
  * (dead mountpoints answer ENOTCONN) and mount it again.
  *
  * Metadata of mounted images is pinned in the cache; chunks are not.
+ * Decoded layer TOCs are shared by every mount that uses the layer
+ * (shared-tocs.ts): images on one base hold the base's TOCs once.
  *
  * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/, this folder.
  */
 import { join, resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'
-import { digestHex } from '../format/digest.js'
+import { digestHex, isDigest, type Digest } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
+import { parseRef } from '../format/ref.js'
 import { resolveChunk, type ChunkRef } from '../format/toc.js'
 import type { OciImageConfig } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
@@ -18,10 +21,12 @@ import type { PrefetchResult } from '../cache/chunk-fetcher.js'
 import { mountImage, type ImageMount, type ImageMountStats } from '../fs/image-mount.js'
 import { lazyUnmount } from '../fs/fuse-binding.js'
 import { loadImage, type LoadedImage } from '../image/load-image.js'
+import { resolveRef } from '../image/refs.js'
 import type { NodeDb } from '../state/node-db.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import { BlobNeighbours } from './blob-neighbours.js'
 import { AccessTraces, prefetchOrder } from './access-traces.js'
+import { SharedTocs } from './shared-tocs.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
@@ -47,7 +52,7 @@ export interface MountStats extends ImageMountStats {
   storeErrors: number
 }
 
-interface Mounted { info: MountInfo, mount: ImageMount, reader: MountChunkReader, image: LoadedImage, pins: string[], loc: StoreLocation }
+interface Mounted { info: MountInfo, mount: ImageMount, reader: MountChunkReader, image: LoadedImage, layers: Digest[], pins: string[], loc: StoreLocation }
 
 export class MountManager {
   readonly #db: NodeDb
@@ -58,6 +63,7 @@ export class MountManager {
   readonly #sharedDir: string
   readonly #traces: AccessTraces
   readonly #sharing = new Map<string, Promise<SharedImage>>()
+  readonly #tocs = new SharedTocs()
 
   /** `sharedDir`: where images mounted for sandboxes live, one directory per manifest. */
   constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string) {
@@ -79,9 +85,10 @@ export class MountManager {
     if (this.#mounts.has(mountpoint)) throw new UsageError(`cannot mount ${req.image} at ${mountpoint}: already a layerd mount (of ${this.#mounts.get(mountpoint)!.info.image})`)
     const loc: StoreLocation = { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
     const { store, fetcher } = this.#stores.get(loc)
-    const pins = []
-    const image = await loadImage(store, req.image, { cache: this.#cache, pin: false })
-    pins.push(manifestKey(digestHex(image.digest)), ...image.manifest.layers.map(l => layerKey(digestHex(l.digest))))
+    const loaded = await loadImage(store, req.image, { cache: this.#cache, pin: false, decodedToc: layer => this.#tocs.peek(layer) })
+    const layers = loaded.manifest.layers.map(l => l.digest)
+    const image: LoadedImage = { ...loaded, tocs: this.#tocs.acquire(layers, loaded.tocs) }
+    const pins = [manifestKey(digestHex(image.digest)), ...layers.map(l => layerKey(digestHex(l)))]
     this.#cache.pin(pins)
     try {
       let neighbours: BlobNeighbours | undefined
@@ -95,12 +102,13 @@ export class MountManager {
         mountpoint: mount.mountpoint, image: req.image, manifest: image.digest, store: store.url,
         mountedAt: new Date().toISOString(), mountMs: performance.now() - started
       }
-      this.#mounts.set(mount.mountpoint, { info, mount, reader, image, pins, loc })
+      this.#mounts.set(mount.mountpoint, { info, mount, reader, image, layers, pins, loc })
       this.#db.prepare('INSERT OR REPLACE INTO mounts VALUES (?, ?, ?, ?, ?, ?)')
         .run(info.mountpoint, req.image, image.digest, req.store, req.s3Endpoint ?? null, info.mountedAt)
       return info
     } catch (err) {
       this.#cache.unpin(pins)
+      this.#tocs.release(layers)
       throw err
     }
   }
@@ -113,14 +121,19 @@ export class MountManager {
    */
   async shared (req: StoreLocation & { image: string }): Promise<SharedImage> {
     const { store } = this.#stores.get(req)
-    const image = await loadImage(store, req.image, { cache: this.#cache })
-    const mountpoint = join(this.#sharedDir, digestHex(image.digest))
+    // Only the manifest digest is needed to find the mount: no TOC is read or decoded for a mounted image.
+    const manifest = isDigest(req.image) ? req.image : await resolveRef(store, parseRef(req.image))
+    const mountpoint = join(this.#sharedDir, digestHex(manifest))
     const existing = this.#mounts.get(mountpoint)
-    if (existing !== undefined) return { mountpoint, manifest: image.digest, config: existing.image.manifest.config, mountMs: 0 }
+    if (existing !== undefined) return { mountpoint, manifest, config: existing.image.manifest.config, mountMs: 0 }
     let pending = this.#sharing.get(mountpoint)
     if (pending === undefined) {
-      pending = this.mount({ ...req, image: image.digest, mountpoint })
-        .then(info => { this.#mounts.get(mountpoint)!.info.image = req.image; return { mountpoint, manifest: image.digest, config: image.manifest.config, mountMs: info.mountMs } })
+      pending = this.mount({ ...req, image: manifest, mountpoint })
+        .then(info => {
+          const m = this.#mounts.get(mountpoint)!
+          m.info.image = req.image
+          return { mountpoint, manifest, config: m.image.manifest.config, mountMs: info.mountMs }
+        })
         .finally(() => this.#sharing.delete(mountpoint))
       this.#sharing.set(mountpoint, pending)
     }
@@ -134,6 +147,7 @@ export class MountManager {
     this.#traces.save(m.image.digest, m.reader.trace.refs)
     this.#mounts.delete(m.info.mountpoint)
     this.#cache.unpin(m.pins)
+    this.#tocs.release(m.layers)
     this.#db.prepare('DELETE FROM mounts WHERE mountpoint = ?').run(m.info.mountpoint)
   }
 

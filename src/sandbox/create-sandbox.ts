@@ -10,9 +10,9 @@
  * May import: everything below it (daemon client, runtime, state).
  */
 import { randomBytes } from 'node:crypto'
-import { mkdir } from 'node:fs/promises'
+import { chmod, mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
-import { UnsupportedError } from '../errors.js'
+import { DaemonUnavailableError, UnsupportedError } from '../errors.js'
 import type { OciImageConfig } from '../format/manifest.js'
 import { connectDaemon } from '../daemon/daemon-launcher.js'
 import type { SharedImage } from '../daemon/mount-manager.js'
@@ -75,8 +75,11 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     daemon.close()
   }
   const id = `sb-${randomBytes(6).toString('hex')}`
+  // Traversable (not listable): a sandbox that runs as the image's user reaches its root through these.
+  await mkdir(join(settings.home, 'sandboxes'), { recursive: true, mode: 0o711 })
+  await chmod(join(settings.home, 'sandboxes'), 0o711)
   const stateDir = join(settings.home, 'sandboxes', id)
-  await mkdir(stateDir, { recursive: true, mode: 0o700 })
+  await mkdir(stateDir, { mode: 0o700 })
   const db = openNodeDb(settings.home)
   const registry = new SandboxRegistry(db)
   const record: SandboxRecord = {
@@ -108,7 +111,14 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     stateDir,
     imageMs: exposure.ms,
     ...(opts.tier === 'process' || opts.tier === 'container' ? { upperDir: overlayPaths(stateDir).upperDir } : {}),
-    exec: async o => await inner.exec(o),
+    exec: async o => {
+      try { return await inner.exec(o) } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOTCONN') {
+          throw new DaemonUnavailableError(`sandbox ${id}: its image mount is gone (layerd stopped or was killed); create a new sandbox`, { cause: err })
+        }
+        throw err
+      }
+    },
     stop: async () => { await inner.stop() },
     destroy: async () => {
       destroyed ??= (async () => {

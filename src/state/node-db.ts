@@ -9,8 +9,19 @@
  * May import: nothing from the project but src/errors.ts.
  */
 import Database from 'better-sqlite3'
-import { mkdirSync } from 'node:fs'
+import { chmodSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
+
+/**
+ * The node's home: traversable by everyone (0711: sandboxes run as the
+ * image's users must reach their root below it), listable by root only.
+ * What is in it protects itself: the control socket and pid file are 0600,
+ * the database 0600, the cache directory 0700. Sync.
+ */
+export function ensureHomeDir (home: string): void {
+  mkdirSync(home, { recursive: true, mode: 0o711 })
+  chmodSync(home, 0o711)
+}
 
 export type NodeDb = Database.Database
 
@@ -18,8 +29,10 @@ const BUSY_TIMEOUT_MS = 10_000
 
 /** Open (creating) `<home>/state.db`. Sync. */
 export function openNodeDb (home: string): NodeDb {
-  mkdirSync(home, { recursive: true, mode: 0o700 })
-  const db = new Database(join(home, 'state.db'))
+  ensureHomeDir(home)
+  const file = join(home, 'state.db')
+  const db = new Database(file)
+  chmodSync(file, 0o600)
   db.pragma('journal_mode = WAL')
   db.pragma('synchronous = NORMAL')
   db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
