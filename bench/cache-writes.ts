@@ -99,12 +99,17 @@ function loadFiles (sources: string[], limitBytes: number): { files: Chunk[][], 
   return { files, chunks: [...byDigest.values()] }
 }
 
+async function rssAnonBytes (): Promise<number> {
+  const m = /^RssAnon:\s+(\d+) kB$/m.exec(await readFile('/proc/self/status', 'utf8'))
+  return Number(m![1]) * 1024
+}
+
 async function writeBytes (): Promise<number> {
   const m = /^write_bytes:\s+(\d+)$/m.exec(await readFile('/proc/self/io', 'utf8'))
   return Number(m![1])
 }
 
-interface PhaseFigures { phase: string, seconds: number, processWriteBytes: number, deviceWrittenBytes: number, keptBytes: number, diskBytes: number, chunks: number }
+interface PhaseFigures { phase: string, seconds: number, processWriteBytes: number, deviceWrittenBytes: number, keptBytes: number, diskBytes: number, chunks: number, rssAnonBytes: number }
 
 async function main (): Promise<void> {
   const pythons = readdirSync('/usr/lib').filter(n => /^python3(\.\d+)?$/.test(n)).map(n => `/usr/lib/${n}`)
@@ -181,8 +186,9 @@ async function main (): Promise<void> {
       const w1 = await writeBytes()
       const writtenBytes = (await disk.figures()).writtenBytes - d0.writtenBytes
       const s = cache.stats()
-      figures.push({ phase: name, seconds, processWriteBytes: w1 - w0, deviceWrittenBytes: writtenBytes, keptBytes: s.bytes, diskBytes: s.diskBytes, chunks: s.chunks })
-      console.error(`  ${name}: ${fmt(seconds, 2)} s, process write_bytes ${fmt((w1 - w0) / MB, 1)} MB, device ${fmt(writtenBytes / MB, 1)} MB, kept ${fmt(s.bytes / MB, 1)} MB in ${s.chunks} chunks, lmdb file ${fmt(s.diskBytes / MB, 1)} MB`)
+      const rssAnon = await rssAnonBytes()
+      figures.push({ phase: name, seconds, processWriteBytes: w1 - w0, deviceWrittenBytes: writtenBytes, keptBytes: s.bytes, diskBytes: s.diskBytes, chunks: s.chunks, rssAnonBytes: rssAnon })
+      console.error(`  ${name}: ${fmt(seconds, 2)} s, process write_bytes ${fmt((w1 - w0) / MB, 1)} MB, device ${fmt(writtenBytes / MB, 1)} MB, kept ${fmt(s.bytes / MB, 1)} MB in ${s.chunks} chunks, lmdb file ${fmt(s.diskBytes / MB, 1)} MB, RssAnon ${fmt(rssAnon / MB, 1)} MB`)
     }
     await phase('cold read (fetch + insert)', async () => { await readAll(); await fetcher.idle() })
     let closed = false

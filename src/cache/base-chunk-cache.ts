@@ -35,8 +35,12 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   protected abstract readMeta (key: string): Buffer | undefined
   /** Whether an entry is stored (committed). Sync. */
   protected abstract exists (kind: EntryKind, key: string): boolean
-  /** Store a new entry; called after quota.added(). Async, resolves once visible to reads. */
-  protected abstract write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number): Promise<void>
+  /**
+   * Store a new entry; called after quota.added(). Async, resolves once
+   * visible to reads. `owned`: the caller will never change `bytes`, so they
+   * may be kept without a copy.
+   */
+  protected abstract write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number, owned: boolean): Promise<void>
   /** Remove one entry, calling quota.removed() if it was present. Async. */
   protected abstract remove (kind: EntryKind, key: string): Promise<void>
   /** On-disk footprint in bytes. Sync. */
@@ -65,7 +69,7 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
     this.#assertOpen('put')
     assertChunkDigest(digest, this.location)
     if (options.verified !== true) assertContentMatches(digest, plain, `chunk ${digest}`, this.location)
-    await this.#insert('chunk', digest, plain, false)
+    await this.#insert('chunk', digest, plain, false, options.transfer === true)
   }
 
   async delete (digest: string): Promise<void> {
@@ -89,7 +93,7 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
     const digest = metaKeyDigest(key, this.location)
     if (options.verified !== true) assertContentMatches(digest, bytes, `metadata object ${key}`, this.location)
     if (options.pinned === true) this.quota.pin([key])
-    await this.#insert('meta', key, bytes, this.quota.isPinned(key))
+    await this.#insert('meta', key, bytes, this.quota.isPinned(key), options.transfer === true)
   }
 
   pin (keys: Iterable<string>): void { this.#assertOpen('pin'); this.quota.pin(keys) }
@@ -136,22 +140,22 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   }
 
   /** One write per key at a time; an existing entry is left as it is (content-addressed). */
-  #insert (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean): Promise<void> {
+  #insert (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean, owned: boolean): Promise<void> {
     const running = this.#writing.get(key)
     if (running !== undefined) return running
     if (this.exists(kind, key)) return Promise.resolve()
-    const p = this.#write(kind, key, bytes, pinned).finally(() => this.#writing.delete(key))
+    const p = this.#write(kind, key, bytes, pinned, owned).finally(() => this.#writing.delete(key))
     this.#writing.set(key, p)
     return p
   }
 
-  async #write (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean): Promise<void> {
+  async #write (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean, owned: boolean): Promise<void> {
     // Pinned metadata is small and must stay: it goes in even above the cap.
     if (!pinned && !(await this.quota.makeRoom(bytes.length))) { this.#rejected++; return }
     if (this.#closed) return
     this.quota.added(kind, bytes.length)
     try {
-      await this.write(kind, key, bytes, this.quota.now())
+      await this.write(kind, key, bytes, this.quota.now(), owned)
     } catch (err) {
       this.quota.removed(kind, bytes.length)
       throw err

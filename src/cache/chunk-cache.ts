@@ -55,6 +55,12 @@ export interface PutOptions {
    * the cache's own check. Only the fetcher, right after verifying, sets it.
    */
   verified?: boolean
+  /**
+   * The caller hands `plain` over and never changes it again (the fetcher's
+   * freshly decoded, read-only chunks): a backend that keeps bytes in
+   * memory before writing them may keep this buffer instead of a copy.
+   */
+  transfer?: boolean
 }
 
 export interface PutMetaOptions extends PutOptions {
@@ -95,7 +101,7 @@ export interface ChunkCache {
    * malformed digest or a closed cache, LimitExceededError or
    * StoreUnavailableError if a backend that writes at once cannot write (a
    * batching backend logs and counts the failure instead).
-   * Do not mutate `plain` until the promise settles.
+   * Do not mutate `plain` until the promise settles (ever, with `transfer`).
    */
   put: (digest: string, plain: Uint8Array, options?: PutOptions) => Promise<void>
 

@@ -173,9 +173,10 @@ export class LmdbChunkCache extends BaseChunkCache {
     return row !== undefined && row[2] === KIND_CODES[kind]
   }
 
-  /** Buffer the entry (a copy: the caller may reuse its bytes once this resolves); it is written with the next batch. */
-  protected async write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number): Promise<void> {
-    this.#buffer.add({ kind, key, bytes: Buffer.from(bytes), atimeMs })
+  /** Buffer the entry (a copy unless `owned`: the caller may reuse its bytes once this resolves); it is written with the next batch. */
+  protected async write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number, owned: boolean): Promise<void> {
+    const kept = owned ? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) : Buffer.from(bytes)
+    this.#buffer.add({ kind, key, bytes: kept, atimeMs })
   }
 
   protected remove (kind: EntryKind, key: string): Promise<void> {

@@ -40,8 +40,8 @@ export class MemoryChunkCache extends BaseChunkCache {
     return this.#entries.get(key)?.kind === kind
   }
 
-  protected async write (kind: EntryKind, key: string, bytes: Uint8Array): Promise<void> {
-    this.#entries.set(key, { kind, bytes: Buffer.from(bytes) })
+  protected async write (kind: EntryKind, key: string, bytes: Uint8Array, _atimeMs: number, owned: boolean): Promise<void> {
+    this.#entries.set(key, { kind, bytes: owned ? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) : Buffer.from(bytes) })
   }
 
   protected async remove (kind: EntryKind, key: string): Promise<void> {
