@@ -3,10 +3,19 @@
  * merged layer tree, answering what FUSE asks (attributes, lookups,
  * listings, link targets, xattrs, statfs) from memory, synchronously.
  *
- * The binding's API is path-based, so each path is resolved once and kept
- * in a Map; everything after that is by inode. Answers are built on first
- * use and cached per inode (images are immutable), so repeated ops allocate
- * nothing.
+ * The binding's API is path-based. Directory paths are resolved once and
+ * kept in a Map, so any path costs at most two Map lookups (its directory,
+ * then the name); everything after that is by inode.
+ *
+ * Memory: a node holds many mounts of images that share most of their
+ * files, so per-mount state is kept to what cannot be derived cheaply.
+ * Attributes are built on each getattr/readdir from the shared TOC entry
+ * (a dozen fields; the binding itself allocates an array per answer, and
+ * the kernel caches attributes for a day, so an entry is rarely asked
+ * twice); only the sorted child order of listed directories, the directory
+ * path map and decoded xattrs are cached. Caching stats, file paths and
+ * listings per inode cost ~3 MB per mount of a Debian + python image after
+ * one `find -ls` (bench/daemon-memory.ts; src/fs/README.md).
  *
  * Attribute choices: inode numbers are MergedInode.ino (stable for the same
  * TOCs); hardlinks share one inode and report its link count; atime and
@@ -40,7 +49,7 @@ const TYPE_BITS: Record<EntryType, number> = {
   opaque: 0
 }
 
-/** A directory's entries for readdir, `.` and `..` first, then by name (byte order). */
+/** A directory's entries for readdir, `.` and `..` first, then by name (byte order). Built per call. */
 export interface DirListing {
   names: string[]
   stats: FuseStat[]
@@ -59,14 +68,15 @@ export class ImageView {
   readonly inodeCount: number
   /** Whether any reachable inode has an extended attribute. */
   readonly hasXattrs: boolean
-  readonly #byPath = new Map<string, MergedNode>()
+  /** Directories by FUSE path, filled as paths are resolved. */
+  readonly #dirsByPath = new Map<string, MergedNode>()
   /** Reachable inodes by number. */
   readonly #inodes: Array<MergedInode | undefined> = []
   /** Directory nodes and their parents, by inode number. */
   readonly #dirNodes: Array<MergedNode | undefined> = []
   readonly #dirParents: Array<MergedNode | undefined> = []
-  readonly #stats: Array<FuseStat | undefined> = []
-  readonly #listings: Array<DirListing | undefined> = []
+  /** Children in listing order, by directory inode; filled on first readdir. */
+  readonly #sortedChildren: Array<MergedNode[] | undefined> = []
   readonly #xattrs: Array<Map<string, Buffer> | undefined> = []
   readonly #statfs: FuseStatfs
 
@@ -97,7 +107,7 @@ export class ImageView {
     this.imageBytes = imageBytes
     this.hasXattrs = hasXattrs
     this.inodeCount = seen.size
-    this.#byPath.set('/', tree.root)
+    this.#dirsByPath.set('/', tree.root)
     const blocks = Math.ceil(imageBytes / BLOCK_SIZE)
     this.#statfs = {
       bsize: BLOCK_SIZE, frsize: BLOCK_SIZE, blocks, bfree: 0, bavail: 0,
@@ -106,17 +116,18 @@ export class ImageView {
   }
 
   /**
-   * The node at a FUSE path (`/`, `/usr/bin`), or undefined. Sync. Each
-   * path is resolved once, then answered from a Map.
+   * The node at a FUSE path (`/`, `/usr/bin`), or undefined. Sync. A
+   * directory path is resolved once, then answered from a Map; any other
+   * path is its directory's lookup plus one child lookup.
    */
   nodeAt (path: string): MergedNode | undefined {
-    const known = this.#byPath.get(path)
-    if (known !== undefined) return known
+    const dir = this.#dirsByPath.get(path)
+    if (dir !== undefined) return dir
     const slash = path.lastIndexOf('/')
     if (slash < 0) return undefined
     const parent = slash === 0 ? this.tree.root : this.nodeAt(path.slice(0, slash))
     const node = parent?.children?.get(path.slice(slash + 1))
-    if (node !== undefined) this.#byPath.set(path, node)
+    if (node?.children !== undefined) this.#dirsByPath.set(path, node)
     return node
   }
 
@@ -137,27 +148,44 @@ export class ImageView {
     return this.#dirNodes[parentIno]?.children?.get(name)
   }
 
-  /** Attributes of `inode`. Sync; the same object every time (do not mutate). */
+  /** Attributes of `inode`. Sync; a fresh object owned by the caller. */
   getattr (inode: MergedInode): FuseStat {
-    return this.#stats[inode.ino] ?? this.#buildStat(inode)
+    const e = inode.entry
+    const size = e.type === 'dir' ? DIR_SIZE : e.type === 'symlink' ? Buffer.byteLength(e.target ?? '') : e.size
+    const timeMs = Math.max(0, e.mtime) * 1000
+    return {
+      mode: TYPE_BITS[e.type] | e.mode,
+      uid: e.uid,
+      gid: e.gid,
+      size,
+      nlink: inode.nlink,
+      ino: inode.ino,
+      rdev: e.type === 'char' || e.type === 'block' ? makedev(e.devMajor ?? 0, e.devMinor ?? 0) : 0,
+      blksize: BLOCK_SIZE,
+      blocks: e.type === 'symlink' ? 0 : Math.ceil(size / STAT_BLOCK_BYTES),
+      atime: timeMs,
+      mtime: timeMs,
+      ctime: timeMs
+    }
   }
 
-  /** Listing of directory inode `ino`, or undefined when it is not a directory. Sync; cached. */
+  /** Listing of directory inode `ino`, or undefined when it is not a directory. Sync; built per call (the order is cached). */
   readdir (ino: number): DirListing | undefined {
-    const cached = this.#listings[ino]
-    if (cached !== undefined) return cached
     const dir = this.#dirNodes[ino]
     if (dir?.children === undefined) return undefined
-    const kids = [...dir.children.values()]
-    const keys = kids.map(k => Buffer.from(k.name))
-    const order = kids.map((_, i) => i).sort((a, b) => Buffer.compare(keys[a]!, keys[b]!))
+    const kids = this.#sortedChildren[ino] ?? this.#sortChildren(ino, dir.children)
     const parent = this.#dirParents[ino] ?? dir
-    const listing: DirListing = {
-      names: ['.', '..', ...order.map(i => kids[i]!.name)],
-      stats: [this.getattr(dir.inode), this.getattr(parent.inode), ...order.map(i => this.getattr(kids[i]!.inode))]
+    const names = new Array<string>(kids.length + 2)
+    const stats = new Array<FuseStat>(kids.length + 2)
+    names[0] = '.'
+    names[1] = '..'
+    stats[0] = this.getattr(dir.inode)
+    stats[1] = this.getattr(parent.inode)
+    for (let i = 0; i < kids.length; i++) {
+      names[i + 2] = kids[i]!.name
+      stats[i + 2] = this.getattr(kids[i]!.inode)
     }
-    this.#listings[ino] = listing
-    return listing
+    return { names, stats }
   }
 
   /** Target of a symlink inode, or undefined for other types. Sync. */
@@ -181,26 +209,13 @@ export class ImageView {
     return this.#statfs
   }
 
-  #buildStat (inode: MergedInode): FuseStat {
-    const e = inode.entry
-    const size = e.type === 'dir' ? DIR_SIZE : e.type === 'symlink' ? Buffer.byteLength(e.target ?? '') : e.size
-    const timeMs = Math.max(0, e.mtime) * 1000
-    const stat: FuseStat = {
-      mode: TYPE_BITS[e.type] | e.mode,
-      uid: e.uid,
-      gid: e.gid,
-      size,
-      nlink: inode.nlink,
-      ino: inode.ino,
-      rdev: e.type === 'char' || e.type === 'block' ? makedev(e.devMajor ?? 0, e.devMinor ?? 0) : 0,
-      blksize: BLOCK_SIZE,
-      blocks: e.type === 'symlink' ? 0 : Math.ceil(size / STAT_BLOCK_BYTES),
-      atime: timeMs,
-      mtime: timeMs,
-      ctime: timeMs
-    }
-    this.#stats[inode.ino] = stat
-    return stat
+  #sortChildren (ino: number, children: Map<string, MergedNode>): MergedNode[] {
+    const kids = [...children.values()]
+    const keys = kids.map(k => Buffer.from(k.name))
+    const order = kids.map((_, i) => i).sort((a, b) => Buffer.compare(keys[a]!, keys[b]!))
+    const sorted = order.map(i => kids[i]!)
+    this.#sortedChildren[ino] = sorted
+    return sorted
   }
 
   #xattrsOf (inode: MergedInode): Map<string, Buffer> | undefined {

@@ -34,6 +34,8 @@ export interface LoadImageOptions {
   cache?: MetadataCache
   /** Pin the metadata in the cache (images that are mounted). */
   pin?: boolean
+  /** Decoded TOCs the caller already holds, by layer digest: used as they are, neither read nor decoded again. */
+  decodedToc?: (layerDigest: Digest) => LayerToc | undefined
 }
 
 /**
@@ -55,6 +57,7 @@ export async function loadImage (store: Pick<ObjectStore, 'get' | 'url'>, image:
     return bytes
   }
   const manifest = decodeManifestObject(await fetch(manifestKey(digestHex(digest)), digest), digest)
-  const tocs = await Promise.all(manifest.layers.map(async l => decodeTocObject(await fetch(layerKey(digestHex(l.digest)), l.digest), l.digest)))
+  const tocs = await Promise.all(manifest.layers.map(async l =>
+    opts.decodedToc?.(l.digest) ?? decodeTocObject(await fetch(layerKey(digestHex(l.digest)), l.digest), l.digest)))
   return { ref, digest, manifest, tocs, fetchedBytes }
 }
