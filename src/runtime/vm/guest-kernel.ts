@@ -80,7 +80,7 @@ export async function prepareGuestKernel (src: GuestKernelSource, cacheDir = DEF
     .digest('hex').slice(0, 16)
   const result: GuestKernel = {
     vmlinux: join(cacheDir, `vmlinux-${release}-${kernelKey}`),
-    initrd: join(cacheDir, `initrd-${release}-${initrdKey}.img`),
+    initrd: join(cacheDir, `initrd-${release}-${initrdKey}.cpio`),
     release
   }
   await mkdir(cacheDir, { recursive: true })
@@ -92,7 +92,8 @@ export async function prepareGuestKernel (src: GuestKernelSource, cacheDir = DEF
   }
   if (!await exists(result.initrd)) {
     const agent = await buildGuestAgent(join(cacheDir, 'agent'))
-    await buildInitrd({ modulesDir: src.modulesDir, out: result.initrd, agent, busybox })
+    // Uncompressed: the guest unpacks a 6 MB cpio in ~0.1 s under TCG, against ~0.3-0.4 s to gunzip it first.
+    await buildInitrd({ modulesDir: src.modulesDir, out: result.initrd, agent, busybox, compression: 'none' })
   }
   return result
 }
