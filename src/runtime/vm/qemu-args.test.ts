@@ -11,7 +11,7 @@ import { planOverlay } from './vm-disks.js'
 const MIB = 1024 * 1024
 const base: QemuVmConfig = {
   machine: 'microvm', accel: 'tcg', kernel: '/k/vmlinux', initrd: '/k/initrd', cmdline: 'console=ttyS0', memoryMiB: 256, cpus: 1,
-  blockView: '/mnt/disk.raw', overlay: '/s/overlay.qcow2', agentSocket: '/run/a.sock', monitorSocket: '/run/m.sock', consoleLog: '/s/console.log'
+  blockView: '/mnt/disk.raw', overlay: '/s/overlay.qcow2', agentSocket: '/run/a.sock', monitorSocket: '/run/m.sock', consoleSocket: '/run/c.sock'
 }
 
 t.test('qemuArgs() attaches the block view read-only behind the overlay, with virtio-mmio or virtio-pci devices', async t => {

@@ -36,7 +36,8 @@ export interface QemuVmConfig {
   agentSocket: string
   /** Unix socket of QEMU's human monitor (diagnostics of a boot that hangs). */
   monitorSocket: string
-  consoleLog: string
+  /** Unix socket the host listens on for the guest's serial console (QEMU connects). */
+  consoleSocket: string
 }
 
 /** argv after the QEMU binary. Sync, pure. */
@@ -56,7 +57,7 @@ export function qemuArgs (c: QemuVmConfig): string[] {
     '-kernel', c.kernel,
     '-initrd', c.initrd,
     '-append', c.cmdline,
-    '-chardev', `file,id=console,path=${c.consoleLog}`,
+    '-chardev', `socket,id=console,path=${c.consoleSocket}`,
     '-serial', 'chardev:console',
     '-monitor', `unix:${c.monitorSocket},server=on,wait=off`,
     '-blockdev', `node-name=${BLOCK_VIEW_FILE_NODE},driver=file,filename=${c.blockView},read-only=on,locking=off`,

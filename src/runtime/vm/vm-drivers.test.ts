@@ -24,11 +24,13 @@ import { openStore } from '../../store/open-store.js'
 import { DEFAULT_LIMITS, type SandboxLimits } from '../sandbox.js'
 import { findImageKernel } from './image-kernel.js'
 import { readModinfo, resolveGuestModules } from './kernel-modules.js'
+import { CONSOLE_FILE_BYTES } from './console-sink.js'
 import { MicrovmTierDriver, VmTierDriver } from './vm-drivers.js'
 import type { VmSandbox } from './vm-sandbox.js'
 
 const run = promisify(execFile)
 const MIB = 1024 ** 2
+const describeResult = (r: { exitCode: number, stdout: Buffer, stderr: Buffer }): string => `exit ${r.exitCode}: ${r.stdout.toString().slice(0, 300)} ${r.stderr.toString().slice(0, 300)}`
 const exists = async (p: string): Promise<boolean> => await access(p).then(() => true, () => false)
 async function sha256 (path: string): Promise<string> {
   const h = createHash('sha256')
@@ -137,6 +139,13 @@ t.test('MicrovmTierDriver: writes stay in the VM\'s overlay; a new VM sees the i
   t.ok(overlay.size <= virtual + 8 * MIB, `the overlay file (${(overlay.size / MIB).toFixed(0)} MiB) stays within its ${(virtual / MIB).toFixed(0)} MiB virtual size`)
   const freed = await b.exec({ cmd: ['sh', '-c', 'rm /big /yes && echo ok > /tmp/ok && cat /tmp/ok'] })
   t.equal(freed.stdout.toString(), 'ok\n', 'deleting frees the quota')
+
+  // Root in the guest can also write to its serial console, which the host logs: that log is capped too.
+  const con = await b.exec({ cmd: ['sh', '-c', `head -c ${CONSOLE_FILE_BYTES + 200 * 1024} /dev/zero | tr '\\0' x > /dev/ttyS0; echo rc=$?`], timeoutMs: 90_000 })
+  t.equal(con.stdout.toString(), 'rc=0\n', describeResult(con))
+  await new Promise(resolve => setTimeout(resolve, 500)) // the last bytes in flight
+  const logged = (await stat(join(b.stateDir, 'console.log'))).size
+  t.ok(logged >= CONSOLE_FILE_BYTES && logged < CONSOLE_FILE_BYTES + 1024, `a console flood of ${((CONSOLE_FILE_BYTES + 200 * 1024) / MIB).toFixed(2)} MiB leaves a ${(logged / MIB).toFixed(2)} MiB log`)
 })
 
 t.test('VmSandbox: a timeout kills the command, stop() ends execs, destroy() removes the VM and its state', async t => {

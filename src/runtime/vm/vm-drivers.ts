@@ -146,8 +146,8 @@ abstract class VmTierDriverBase implements TierDriver {
         const launch: HypervisorLaunch = {
           name: 'firecracker',
           argv: [(await findOnPath('firecracker'))!, ...firecrackerArgs(join(spec.stateDir, 'firecracker.json'))],
-          consoleLog: join(spec.stateDir, 'console.log'),
-          logFile: join(spec.stateDir, 'console.log'),
+          consoleFile: join(spec.stateDir, 'console.log'),
+          logFile: join(spec.stateDir, 'firecracker.log'),
           agentSocket: `${fc.vsockPath}_${FIRECRACKER_VSOCK_PORT}`
         }
         sandbox = await launchVm({ ...init, launch })
@@ -156,13 +156,14 @@ abstract class VmTierDriverBase implements TierDriver {
         await createOverlay(spec.blockView, overlay, spec.limits.diskBytes)
         const agentSocket = join(runDir, 'agent.sock')
         const monitorSocket = join(runDir, 'monitor.sock')
+        const consoleSocket = join(runDir, 'console.sock')
         const cmdline = guestCmdline({ accel, tscKhz: accel === 'tcg' ? await hostTscKhz() : undefined, pids: spec.limits.pids, resize: true, channel: 'serial', reboot: 't', noPci: this.machine === 'microvm' })
         const argv = qemuArgs({
           machine: this.machine, accel, kernel: kernel.vmlinux, initrd: kernel.initrd, cmdline, memoryMiB, cpus,
-          blockView: spec.blockView, overlay, agentSocket, monitorSocket, consoleLog: join(spec.stateDir, 'console.log')
+          blockView: spec.blockView, overlay, agentSocket, monitorSocket, consoleSocket
         })
         const launch: HypervisorLaunch = {
-          name: 'qemu', argv: [this.opts.qemu, ...argv], consoleLog: join(spec.stateDir, 'console.log'), logFile: join(spec.stateDir, 'qemu.log'), agentSocket,
+          name: 'qemu', argv: [this.opts.qemu, ...argv], consoleFile: join(spec.stateDir, 'console.log'), consoleSocket, logFile: join(spec.stateDir, 'qemu.log'), agentSocket,
           diagnose: async () => await describeVcpus(monitorSocket)
         }
         const attempts = Math.max(1, this.opts.bootAttempts ?? 2)

@@ -5,6 +5,10 @@
  * the guest keeps between execs stay until stop/destroy: writes land in the
  * VM's own copy-on-write disk, never in the block view.
  *
+ * The guest's console and the hypervisor's own output go through
+ * ConsoleSinks (capped files plus an in-memory tail): a guest printing to
+ * its serial port forever cannot fill the host's disk.
+ *
  * Lifecycle: `launchVm` listens on the agent socket, starts the hypervisor,
  * records its pid in `<stateDir>/<hypervisor>.pid` (for cleanup after a
  * crash of this process) and waits for READY. stop() asks the agent to
@@ -14,12 +18,13 @@
  * May import: src/errors.ts, ../sandbox.ts, ../process/exec-context.ts, this folder, node built-ins.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { open, readFile, rm, writeFile } from 'node:fs/promises'
+import { rm, writeFile } from 'node:fs/promises'
 import { createServer, type Server, type Socket } from 'node:net'
 import { UnsupportedError, UsageError } from '../../errors.js'
 import { DEFAULT_PATH, mergeEnv } from '../process/exec-context.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, Tier } from '../sandbox.js'
 import { AgentChannel, VmGoneError } from './agent-channel.js'
+import { ConsoleSink } from './console-sink.js'
 import type { GuestKernel } from './guest-kernel.js'
 
 /** A guest that has not said READY by then is not going to (TCG on a loaded 2-core host: a boot takes 5-20 s). */
@@ -30,15 +35,19 @@ export class VmBootTimeoutError extends UnsupportedError {}
 const SHUTDOWN_GRACE_MS = 5000
 /** After an exec's timeout, the agent has this long to report the killed command before the VM is killed. */
 const KILL_GRACE_MS = 10_000
-const CONSOLE_TAIL_BYTES = 2000
 
 export interface HypervisorLaunch {
   /** 'qemu' or 'firecracker': names the pid file. */
   name: string
   argv: string[]
-  /** Where the hypervisor writes the guest console (read for error messages). */
-  consoleLog: string
-  /** The hypervisor's stdout and stderr go here too (Firecracker's serial console is its stdout). */
+  /** The guest console's (capped) log file. */
+  consoleFile: string
+  /**
+   * Unix socket the hypervisor's console chardev connects to (QEMU). Without
+   * it the console is the hypervisor's stdout (Firecracker).
+   */
+  consoleSocket?: string
+  /** The (capped) log of the hypervisor's own messages: stderr, and stdout when the console has its socket. */
   logFile: string
   /** Unix socket the host listens on for the agent's connection. */
   agentSocket: string
@@ -53,15 +62,12 @@ export interface VmTimings {
   guestUptimeMs: number
 }
 
-async function consoleTail (path: string): Promise<string> {
-  const text = await readFile(path, 'latin1').catch(() => '')
-  return text.slice(-CONSOLE_TAIL_BYTES).trim().split('\n').slice(-12).join(' | ')
-}
+interface Sinks { console: ConsoleSink, log: ConsoleSink }
 
 /** Console and log tails, and the vCPU state when the hypervisor can say (before it is killed). */
-async function bootFailureDetail (launch: HypervisorLaunch): Promise<string> {
+async function bootFailureDetail (launch: HypervisorLaunch, sinks: Sinks): Promise<string> {
   const vcpus = launch.diagnose === undefined ? '' : `; vcpus: ${await launch.diagnose().catch((e: Error) => e.message)}`
-  return `console: ${await consoleTail(launch.consoleLog)}; log: ${await consoleTail(launch.logFile)}${vcpus}`
+  return `console: ${sinks.console.tail()}; log: ${sinks.log.tail()}${vcpus}`
 }
 
 async function listen (path: string): Promise<Server> {
@@ -94,14 +100,12 @@ export interface VmSandboxInit {
 export async function launchVm (init: VmSandboxInit): Promise<VmSandbox> {
   const { launch } = init
   const server = await listen(launch.agentSocket)
+  const sinks: Sinks = { console: new ConsoleSink(launch.consoleFile), log: new ConsoleSink(launch.logFile) }
+  if (launch.consoleSocket !== undefined) await sinks.console.listen(launch.consoleSocket)
   const started = performance.now()
-  const log = await open(launch.logFile, 'a')
-  let child: ChildProcess
-  try {
-    child = spawn(launch.argv[0]!, launch.argv.slice(1), { stdio: ['ignore', log.fd, log.fd] })
-  } finally {
-    await log.close()
-  }
+  const child = spawn(launch.argv[0]!, launch.argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] })
+  ;(launch.consoleSocket === undefined ? sinks.console : sinks.log).attach(child.stdout!)
+  sinks.log.attach(child.stderr!)
   const exited = new Promise<string>(resolve => {
     child.on('error', err => resolve(`cannot start ${launch.argv[0]}: ${err.message}`))
     child.on('exit', (code, signal) => resolve(`${launch.name} exited (${signal ?? `code ${code}`})`))
@@ -114,7 +118,7 @@ export async function launchVm (init: VmSandboxInit): Promise<VmSandbox> {
     timer = setTimeout(() => { timedOut = true; resolve(`no answer from the guest agent within ${init.bootTimeoutMs} ms`) }, init.bootTimeoutMs)
   })
   const failure = async (why: string): Promise<Error> => {
-    const message = `${init.tier} sandbox ${init.spec.id} did not boot: ${why}; ${await bootFailureDetail(launch)}`
+    const message = `${init.tier} sandbox ${init.spec.id} did not boot: ${why}; ${await bootFailureDetail(launch, sinks)}`
     return timedOut ? new VmBootTimeoutError(message) : new UnsupportedError(message)
   }
   try {
@@ -125,12 +129,14 @@ export async function launchVm (init: VmSandboxInit): Promise<VmSandbox> {
     const ready = await Promise.race([channel.ready, exited, timeout])
     if (typeof ready === 'string') throw await failure(ready)
     const timings: VmTimings = { bootMs: performance.now() - started, guestUptimeMs: Math.round(Number(ready.uptimeS ?? 0) * 1000) }
-    return new VmSandbox(init, child, exited, channel, timings, ready)
+    return new VmSandbox(init, child, exited, channel, timings, ready, sinks)
   } catch (err) {
     child.kill('SIGKILL')
     server.close()
     await exited
-    throw err instanceof UnsupportedError ? err : new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${(err as Error).message}; ${await bootFailureDetail(launch)}`, { cause: err })
+    await sinks.console.close()
+    await sinks.log.close()
+    throw err instanceof UnsupportedError ? err : new UnsupportedError(`${init.tier} sandbox ${init.spec.id} did not boot: ${(err as Error).message}; ${await bootFailureDetail({ ...launch, diagnose: undefined }, sinks)}`, { cause: err })
   } finally {
     clearTimeout(timer)
   }
@@ -154,20 +160,18 @@ export class VmSandbox implements Sandbox {
     private readonly exited: Promise<string>,
     private readonly channel: AgentChannel,
     timings: VmTimings,
-    guest: Record<string, string>
+    guest: Record<string, string>,
+    private readonly sinks: Sinks
   ) {
     this.id = init.spec.id
     this.tier = init.tier
     this.timings = timings
     this.kernel = init.kernel
     this.guest = guest
-    channel.describeLoss = () => `the VM's console ends with: ${this.#consoleTailSync}`
-    void exited.then(async why => {
-      this.#consoleTailSync = `${why}; ${await consoleTail(init.launch.consoleLog)}`
-    })
+    let exitedWhy = ''
+    void exited.then(why => { exitedWhy = `${why}; ` })
+    channel.describeLoss = () => `${exitedWhy}the VM's console ends with: ${sinks.console.tail()}`
   }
-
-  #consoleTailSync = ''
 
   /**
    * See {@link Sandbox.exec}. Argv, env and cwd come from the image config
@@ -215,6 +219,8 @@ export class VmSandbox implements Sandbox {
       clearTimeout(timer)
       this.child.kill('SIGKILL')
       await this.exited
+      await this.sinks.console.close()
+      await this.sinks.log.close()
       await rm(`${this.init.spec.stateDir}/${this.init.launch.name}.pid`, { force: true })
     })()
     await this.#stopping
