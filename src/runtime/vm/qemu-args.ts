@@ -38,6 +38,8 @@ export interface QemuVmConfig {
   monitorSocket: string
   /** Unix socket the host listens on for the guest's serial console (QEMU connects). */
   consoleSocket: string
+  /** Drop to this user once QEMU has opened its files (`-runas`). */
+  runAs?: string
 }
 
 /** argv after the QEMU binary. Sync, pure. */
@@ -54,6 +56,11 @@ export function qemuArgs (c: QemuVmConfig): string[] {
     '-smp', String(c.cpus),
     '-m', `${c.memoryMiB}M`,
     '-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot',
+    // Hardening against a guest that escapes into QEMU: a seccomp filter (no exec, no obsolete
+    // syscalls) and, once every file and socket is open, no root. -runas itself calls setuid, so
+    // setuid stays allowed with it (a process that is nobody cannot become root again).
+    '-sandbox', `on,obsolete=deny,spawn=deny,resourcecontrol=deny,elevateprivileges=${c.runAs === undefined ? 'deny' : 'allow'}`,
+    ...(c.runAs === undefined ? [] : ['-runas', c.runAs]),
     '-kernel', c.kernel,
     '-initrd', c.initrd,
     '-append', c.cmdline,

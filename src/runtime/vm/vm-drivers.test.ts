@@ -159,6 +159,8 @@ t.test('VmSandbox: a timeout kills the command, stop() ends execs, destroy() rem
   t.equal((await sb.exec({ cmd: ['sh', '-c', 'ps -e -o comm= | grep -c sleep'] })).stdout.toString(), '0\n', 'nothing of the killed command is left')
 
   const pid = Number(await readFile(join(sb.stateDir, 'qemu.pid'), 'utf8'))
+  t.match(await readFile(`/proc/${pid}/status`, 'utf8'), /^Uid:\s+65534\s/m, 'QEMU runs as nobody once its files are open')
+  t.match(await readFile(`/proc/${pid}/status`, 'utf8'), /^Seccomp:\s+2$/m, 'under a seccomp filter')
   const running = sb.exec({ cmd: ['sleep', '60'] })
   await new Promise(resolve => setTimeout(resolve, 500))
   await sb.destroy()

@@ -63,6 +63,8 @@ export interface VmDriverOptions {
   bootAttempts?: number
   /** Cap on collected stdout and on stderr of one exec. Default 16 MiB. */
   maxOutputBytes?: number
+  /** QEMU drops root for this user once its files are open (`-runas`). Default 'nobody'; '' keeps root. */
+  qemuUser?: string
 }
 
 abstract class VmTierDriverBase implements TierDriver {
@@ -160,7 +162,8 @@ abstract class VmTierDriverBase implements TierDriver {
         const cmdline = guestCmdline({ accel, tscKhz: accel === 'tcg' ? await hostTscKhz() : undefined, pids: spec.limits.pids, resize: true, channel: 'serial', reboot: 't', noPci: this.machine === 'microvm' })
         const argv = qemuArgs({
           machine: this.machine, accel, kernel: kernel.vmlinux, initrd: kernel.initrd, cmdline, memoryMiB, cpus,
-          blockView: spec.blockView, overlay, agentSocket, monitorSocket, consoleSocket
+          blockView: spec.blockView, overlay, agentSocket, monitorSocket, consoleSocket,
+          ...(this.opts.qemuUser === '' ? {} : { runAs: this.opts.qemuUser ?? 'nobody' })
         })
         const launch: HypervisorLaunch = {
           name: 'qemu', argv: [this.opts.qemu, ...argv], consoleFile: join(spec.stateDir, 'console.log'), consoleSocket, logFile: join(spec.stateDir, 'qemu.log'), agentSocket,

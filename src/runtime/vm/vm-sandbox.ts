@@ -108,7 +108,7 @@ export async function launchVm (init: VmSandboxInit): Promise<VmSandbox> {
   sinks.log.attach(child.stderr!)
   const exited = new Promise<string>(resolve => {
     child.on('error', err => resolve(`cannot start ${launch.argv[0]}: ${err.message}`))
-    child.on('exit', (code, signal) => resolve(`${launch.name} exited (${signal ?? `code ${code}`})`))
+    child.on('close', (code, signal) => resolve(`${launch.name} exited (${signal ?? `code ${code}`})`))
   })
   if (child.pid !== undefined) await writeFile(`${init.spec.stateDir}/${launch.name}.pid`, `${child.pid}\n`)
   const connected = new Promise<Socket>(resolve => server.once('connection', resolve))
