@@ -29,7 +29,9 @@ class JobQueue {
 
   shift (): FetchJob | undefined {
     while (this.#head < this.#items.length) {
-      const job = this.#items[this.#head++]
+      const job = this.#items[this.#head]
+      // Let go of the slot at once: a job's pendings hold its fetched chunks until the job is collected.
+      this.#items[this.#head++] = undefined
       if (job !== undefined) {
         this.#size--
         this.#compact()
