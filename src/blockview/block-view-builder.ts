@@ -16,8 +16,9 @@
  *   (tree-measure.ts), not from the source filesystem's allocation; a
  *   second mkfs pass at the first pass's usage + headroom leaves the
  *   filesystem nearly full (the VMs grow it to their quota).
- * - atime/ctime, which mke2fs copies from the source, are reset to mtime
- *   (inode-times.ts).
+ * - atime/ctime, which mke2fs copies from the source, are reset to mtime,
+ *   and the superblock's lifetime-writes counter is cleared
+ *   (metadata-normalizer.ts).
  * - `assume_storage_prezeroed` keeps never-written blocks as holes: the
  *   file is sparse, so headroom costs neither disk nor (chunked: one zero
  *   chunk, deduplicated) store space.
@@ -35,7 +36,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { LimitExceededError, UnsupportedError } from '../errors.js'
 import { decodeExt4Superblock, type Ext4Superblock } from './ext4-superblock.js'
-import { normalizeInodeTimes } from './inode-times.js'
+import { clearLifetimeWrites, normalizeInodeTimes } from './metadata-normalizer.js'
 import { BLOCK_BYTES, measureTree, type TreeMeasure } from './tree-measure.js'
 
 /**
@@ -190,6 +191,7 @@ export async function buildBlockView (mergedDir: string, opts: BlockViewOptions)
     }
     const sb = await readBlockViewSuperblock(out)
     await normalizeInodeTimes(out, sb.inodesCount - sb.freeInodes, env, Math.floor(rootStat.mtimeMs / 1000))
+    await clearLifetimeWrites(out, env)
     const final = await readBlockViewSuperblock(out)
     return { path: out, sizeBytes: final.sizeBytes, freeBytes: final.freeBytes, uuid: final.uuid, inodes: final.inodesCount, tree }
   } catch (err) {
