@@ -7,7 +7,7 @@ import t from 'tap'
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
-import { layerdNode } from '../../fixtures/layerd-harness.js'
+import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
 import { parseRef } from '../format/ref.js'
 import { pushImage } from '../image/push.js'
 import { openMemoryNodeDb } from '../state/node-db.js'
@@ -90,13 +90,7 @@ t.test('a sandbox left by a crashed caller is listed as orphaned and removed by 
   t.equal(ps.find(s => s.id === id)?.status, 'orphaned')
   const gc = await node.layerctl('gc', '--sandboxes', '--json')
   t.same(JSON.parse(gc.stdout).removed, [id])
-  const mounts = await new Promise<string>(resolve => {
-    const m = spawn('sh', ['-c', `grep -c ${id} /proc/mounts || true`])
-    let s = ''
-    m.stdout.on('data', (c: Buffer) => { s += c.toString() })
-    m.on('close', () => resolve(s.trim()))
-  })
-  t.equal(mounts, '0', 'its mounts are gone')
+  t.equal(await mountsUnder(join(node.home, 'sandboxes', id)), 0, 'its mounts are gone')
 })
 
 t.test('layerctl run reports a bad tier or image as its own failure (exit 125), not the command\'s', async t => {
@@ -110,11 +104,5 @@ t.test('layerctl run reports a bad tier or image as its own failure (exit 125), 
 
 t.test('layerd stops cleanly with sandbox images mounted, leaving no mount behind', async t => {
   await node.stopDaemon()
-  const left = await new Promise<string>(resolve => {
-    const m = spawn('sh', ['-c', `grep -c ${JSON.stringify(node.home)} /proc/mounts || true`])
-    let s = ''
-    m.stdout.on('data', (c: Buffer) => { s += c.toString() })
-    m.on('close', () => resolve(s.trim()))
-  })
-  t.equal(left, '0')
+  t.equal(await mountsUnder(node.home), 0)
 })

@@ -4,11 +4,10 @@
  * serves it lazily through FUSE; each tier boots it once.
  */
 import t from 'tap'
-import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { ensureGuestKernel } from '../../fixtures/guest-kernel.js'
-import { layerdNode } from '../../fixtures/layerd-harness.js'
+import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
 import { parseRef } from '../format/ref.js'
 import { pushImage } from '../image/push.js'
 import { openMemoryNodeDb } from '../state/node-db.js'
@@ -51,11 +50,5 @@ t.test('the block view is stored once and a VM fetches well under its size', asy
 
 t.test('layerd stops cleanly after the VM tiers, leaving no mount behind', async t => {
   await node.stopDaemon()
-  const left = await new Promise<string>(resolve => {
-    const m = spawn('sh', ['-c', `grep -c ${JSON.stringify(node.home)} /proc/mounts || true`])
-    let s = ''
-    m.stdout.on('data', (c: Buffer) => { s += c.toString() })
-    m.on('close', () => resolve(s.trim()))
-  })
-  t.equal(left, '0')
+  t.equal(await mountsUnder(node.home), 0)
 })

@@ -16,13 +16,13 @@
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { UsageError } from '../../errors.js'
-import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
 import { DEFAULT_DEV_SHM_BYTES } from '../process/bwrap-args.js'
 import { resolveExecContext } from '../process/exec-context.js'
 import { runToCompletion } from '../process/exec-runner.js'
 import { runHost } from '../process/host-command.js'
-import { checkSandboxId, hostToolsUnavailableReason } from '../process/host-checks.js'
-import { mkdirInRoot } from '../process/rooted-path.js'
+import { hostToolsUnavailableReason } from '../process/host-checks.js'
 import { SandboxCgroup, cgroupUnavailableReason } from '../process/sandbox-cgroup.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
 import { ociRuntimeConfig, readNofileHardLimit } from './oci-config.js'
@@ -72,21 +72,10 @@ export class ContainerTierDriver implements TierDriver {
 
   /** Mount the overlay, create the cgroup, make the WorkingDir. Async; errors as the process tier's create(). */
   async create (spec: SandboxSpec): Promise<Sandbox> {
-    checkSandboxId(spec.id)
-    if (spec.rootfs === undefined) throw new UsageError(`sandbox ${spec.id}: the container tier needs the image's rootfs`)
-    const overlay = await mountSandboxOverlay({ lower: spec.rootfs, stateDir: spec.stateDir, diskBytes: spec.limits.diskBytes, quota: this.#opts.quota })
-    let cgroup: SandboxCgroup | undefined
-    try {
-      cgroup = await SandboxCgroup.create(spec.id, { pids: spec.limits.pids, memoryBytes: spec.limits.memoryBytes }, this.#opts.cgroupParent)
-      const workdir = spec.config.config?.WorkingDir
-      if (workdir !== undefined && workdir.startsWith('/')) await mkdirInRoot(overlay.merged, workdir)
+    const { overlay, cgroup } = await setUpLinuxSandbox('container', spec, this.#opts, async () => {
       await mkdir(join(spec.stateDir, 'bundles'), { recursive: true })
       await mkdir(this.#runtime.stateRoot, { recursive: true, mode: 0o700 })
-    } catch (err) {
-      await cgroup?.remove().catch(() => {})
-      await removeSandboxOverlay(spec.stateDir).catch(() => {})
-      throw err
-    }
+    })
     return new ContainerSandbox(spec, overlay, cgroup, this.#runtime, this.#opts)
   }
 }

@@ -11,14 +11,14 @@
  */
 import { chmod } from 'node:fs/promises'
 import { UsageError } from '../../errors.js'
-import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
 import { compileSeccompFilter } from '../seccomp/bpf-filter.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
 import { DEFAULT_DEV_SHM_BYTES, bwrapInvocation } from './bwrap-args.js'
 import { resolveExecContext } from './exec-context.js'
 import { runToCompletion } from './exec-runner.js'
-import { hostToolsUnavailableReason, checkSandboxId } from './host-checks.js'
-import { mkdirInRoot } from './rooted-path.js'
+import { hostToolsUnavailableReason } from './host-checks.js'
 import { SandboxCgroup, cgroupUnavailableReason, joinCgroupArgv } from './sandbox-cgroup.js'
 
 export interface ProcessDriverOptions {
@@ -64,21 +64,8 @@ export class ProcessTierDriver implements TierDriver {
    * others).
    */
   async create (spec: SandboxSpec): Promise<Sandbox> {
-    checkSandboxId(spec.id)
-    if (spec.rootfs === undefined) throw new UsageError(`sandbox ${spec.id}: the process tier needs the image's rootfs`)
-    const overlay = await mountSandboxOverlay({ lower: spec.rootfs, stateDir: spec.stateDir, diskBytes: spec.limits.diskBytes, quota: this.#opts.quota })
-    let cgroup: SandboxCgroup | undefined
-    try {
-      // Users other than root run bwrap as themselves: they must be able to reach the merged root.
-      await chmod(spec.stateDir, 0o711)
-      cgroup = await SandboxCgroup.create(spec.id, { pids: spec.limits.pids, memoryBytes: spec.limits.memoryBytes }, this.#opts.cgroupParent)
-      const workdir = spec.config.config?.WorkingDir
-      if (workdir !== undefined && workdir.startsWith('/')) await mkdirInRoot(overlay.merged, workdir)
-    } catch (err) {
-      await cgroup?.remove().catch(() => {})
-      await removeSandboxOverlay(spec.stateDir).catch(() => {})
-      throw err
-    }
+    // Users other than root run bwrap as themselves: they must be able to reach the merged root.
+    const { overlay, cgroup } = await setUpLinuxSandbox('process', spec, this.#opts, async () => { await chmod(spec.stateDir, 0o711) })
     return new ProcessSandbox(spec, overlay, cgroup, this.#opts, this.#seccomp)
   }
 }
