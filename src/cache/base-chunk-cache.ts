@@ -49,7 +49,7 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   protected abstract closeStorage (): Promise<void>
   abstract coldest (): Iterable<IndexedEntry>
   abstract evict (entries: IndexedEntry[]): Promise<number>
-  abstract saveAccessTimes (times: ReadonlyMap<string, number>): Promise<void>
+  abstract saveAccessTimes (times: ReadonlyMap<string, number>, minAdvanceMs?: number): Promise<void>
 
   get (digest: string): Buffer | undefined {
     this.#assertOpen('get')

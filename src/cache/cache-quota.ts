@@ -12,7 +12,10 @@
  * - Recency: a hit only records (key → now) in a Map. The map is handed to
  *   the backend to persist every `maintenanceIntervalMs` and before each
  *   eviction, so hits never write and recency survives a restart (up to the
- *   last flush).
+ *   last flush). The timer's flushes skip keys whose persisted time is less
+ *   than `recencyResolutionMs` old (a chunk hit by every container of a
+ *   deploy is rewritten once a minute, not every 5 s); flushes before an
+ *   eviction and at close are exact.
  * - Proactive reclaim: the same timer evicts down to `low` whenever usage is
  *   above it, so bursts find free room below `high` instead of evicting in
  *   the middle of a read.
@@ -40,8 +43,12 @@ export interface EvictionSource {
    * the number removed once the removal is durable-in-order (committed).
    */
   evict: (entries: IndexedEntry[]) => Promise<number>
-  /** Persist access times (ms since the epoch). Keys no longer cached are ignored. Async. */
-  saveAccessTimes: (times: ReadonlyMap<string, number>) => Promise<void>
+  /**
+   * Persist access times (ms since the epoch). Keys no longer cached are
+   * ignored, and so are keys whose persisted time is less than
+   * `minAdvanceMs` older than the new one. Async.
+   */
+  saveAccessTimes: (times: ReadonlyMap<string, number>, minAdvanceMs?: number) => Promise<void>
   /**
    * Commit entries the backend still holds in memory, so coldest() sees
    * them. Async. Backends that write at once need not have it.
@@ -57,6 +64,8 @@ export interface CacheQuotaOptions {
   lowWatermark?: number
   /** Persist recency and reclaim down to low every this often; 0 disables the timer. Default 5,000. */
   maintenanceIntervalMs?: number
+  /** The timer does not rewrite an access time persisted less than this long ago. Default 60,000. */
+  recencyResolutionMs?: number
   /** Milliseconds since the epoch; injectable for tests. */
   clock?: () => number
   /** Where background failures are reported. Default: dropped (they are retried next tick). */
@@ -66,6 +75,7 @@ export interface CacheQuotaOptions {
 export const DEFAULT_HIGH_WATERMARK = 0.9
 export const DEFAULT_LOW_WATERMARK = 0.8
 export const DEFAULT_MAINTENANCE_INTERVAL_MS = 5_000
+export const DEFAULT_RECENCY_RESOLUTION_MS = 60_000
 /** Entries removed per eviction transaction. */
 const EVICT_BATCH_ENTRIES = 1024
 
@@ -74,6 +84,7 @@ export class CacheQuota {
   readonly highBytes: number
   readonly lowBytes: number
   readonly #intervalMs: number
+  readonly #resolutionMs: number
   readonly #clock: () => number
   readonly #log: (line: string) => void
   readonly #usage: CacheUsage = { bytes: 0, chunks: 0, metaBytes: 0, metaObjects: 0 }
@@ -98,6 +109,7 @@ export class CacheQuota {
     this.highBytes = Math.floor(cap * high)
     this.lowBytes = Math.floor(cap * low)
     this.#intervalMs = options.maintenanceIntervalMs ?? DEFAULT_MAINTENANCE_INTERVAL_MS
+    this.#resolutionMs = options.recencyResolutionMs ?? DEFAULT_RECENCY_RESOLUTION_MS
     this.#clock = options.clock ?? Date.now
     this.#log = options.log ?? (() => {})
   }
@@ -174,13 +186,17 @@ export class CacheQuota {
     try { return await this.#reclaiming } finally { this.#reclaiming = undefined }
   }
 
-  /** Hand the hits recorded since the last flush to the backend. Async. */
-  async flushAccess (): Promise<void> {
+  /**
+   * Hand the hits recorded since the last flush to the backend; `coarse`
+   * (the timer's flushes) skips keys persisted less than the recency
+   * resolution ago. Async.
+   */
+  async flushAccess (coarse = false): Promise<void> {
     if (this.#touched.size === 0 || this.#source === undefined) return
     const batch = this.#touched
     this.#touched = new Map()
     try {
-      await this.#source.saveAccessTimes(batch)
+      await this.#source.saveAccessTimes(batch, coarse ? this.#resolutionMs : 0)
     } catch (err) {
       // Keep the newer of the two times so a later flush retries them.
       for (const [k, t] of batch) if (!this.#touched.has(k)) this.#touched.set(k, t)
@@ -224,7 +240,7 @@ export class CacheQuota {
   async #maintain (): Promise<void> {
     if (this.#closed) return
     try {
-      await this.flushAccess()
+      await this.flushAccess(true)
       if (this.#usage.bytes > this.lowBytes) await this.reclaim()
     } catch (err) {
       this.#log(`cache maintenance failed: ${(err as Error).message}`)

@@ -171,3 +171,31 @@ t.test('LmdbChunkCache.open() discards a cache left open without fsync in an ear
   t.match(crashed.logs.join('\n'), /discarding its contents: the machine went down/)
   t.equal((await setup({ state: 'closed', noSync: true, bootId: boot, pid: 1, syncFailed: true })).kept, false, 'final sync failed: discarded')
 })
+
+t.test('LmdbChunkCache timer rewrites an access time only once it is recencyResolutionMs old; close saves it exactly', async t => {
+  const dir = join(t.testdir(), 'cache')
+  let now = 1_000
+  const opts = { clock: () => now, maintenanceIntervalMs: 15, recencyResolutionMs: 60_000, writeDelayMs: 1 }
+  const cache = LmdbChunkCache.open(dir, opts)
+  const a = makeChunk(2000)
+  await cache.put(a.digest, a.bytes)
+  await cache.flushWrites()
+  const persisted = (c: LmdbChunkCache): number | undefined =>
+    ([...c.coldest()].find(e => e.key === a.digest) as { atimeMs?: number } | undefined)?.atimeMs
+  const ticks = async (): Promise<void> => { await new Promise(resolve => setTimeout(resolve, 80)) }
+  t.equal(persisted(cache), 1_000)
+  now = 30_000
+  cache.get(a.digest)
+  await ticks()
+  t.equal(persisted(cache), 1_000, 'a hit 29 s later: not rewritten by the timer')
+  now = 70_000
+  cache.get(a.digest)
+  await ticks()
+  t.equal(persisted(cache), 70_000, '69 s later: rewritten')
+  now = 71_000
+  cache.get(a.digest)
+  await cache.close()
+  const again = LmdbChunkCache.open(dir, { ...opts, maintenanceIntervalMs: 0 })
+  t.teardown(() => again.close())
+  t.equal(persisted(again), 71_000, 'close saves the last hit exactly')
+})

@@ -248,12 +248,12 @@ export class LmdbChunkCache extends BaseChunkCache {
     })
   }
 
-  saveAccessTimes (times: ReadonlyMap<string, number>): Promise<void> {
+  saveAccessTimes (times: ReadonlyMap<string, number>, minAdvanceMs = 0): Promise<void> {
     return this.#inOrder(async () => {
       const writes: Array<Promise<unknown>> = []
       for (const [key, atimeMs] of times) {
         const row = this.#access.get(key)
-        if (row === undefined || row[0] >= atimeMs) continue
+        if (row === undefined || row[0] >= atimeMs || (minAdvanceMs > 0 && atimeMs - row[0] < minAdvanceMs)) continue
         const [oldTime, size, code] = row
         writes.push(
           this.#lru.remove([oldTime, key]),
