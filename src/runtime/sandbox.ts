@@ -13,10 +13,17 @@
  * May import: src/errors.ts, src/format/, and lower layers; never src/daemon or src/cli.
  */
 import type { Writable } from 'node:stream'
+import { UsageError } from '../errors.js'
 import type { OciImageConfig } from '../format/manifest.js'
 
 export type Tier = 'process' | 'container' | 'microvm' | 'vm'
 export const TIERS: readonly Tier[] = ['process', 'container', 'microvm', 'vm']
+
+/** Sync; throws UsageError naming the input and the tiers. */
+export function parseTier (s: string): Tier {
+  if (!(TIERS as readonly string[]).includes(s)) throw new UsageError(`unknown tier ${JSON.stringify(s)}: use ${TIERS.join(', ')}`)
+  return s as Tier
+}
 
 export interface SandboxLimits {
   /** Writable space; reaching it gives ENOSPC inside the sandbox. Default 1 GiB. */

@@ -4,11 +4,10 @@
  *
  * May import: src/runtime/.
  */
-import { UsageError } from '../errors.js'
 import { ContainerTierDriver } from '../runtime/container/container-driver.js'
 import type { OciRuntimeName } from '../runtime/container/oci-runtime.js'
 import { ProcessTierDriver } from '../runtime/process/process-driver.js'
-import { TIERS, type Tier, type TierDriver } from '../runtime/sandbox.js'
+import type { Tier, TierDriver } from '../runtime/sandbox.js'
 import { MicrovmTierDriver, VmTierDriver } from '../runtime/vm/vm-drivers.js'
 
 export interface DriverOptions {
@@ -17,11 +16,6 @@ export interface DriverOptions {
 }
 
 const drivers = new Map<string, TierDriver>()
-
-export function parseTier (s: string): Tier {
-  if (!(TIERS as readonly string[]).includes(s)) throw new UsageError(`unknown tier ${JSON.stringify(s)}: use ${TIERS.join(', ')}`)
-  return s as Tier
-}
 
 export function driverFor (tier: Tier, opts: DriverOptions = {}): TierDriver {
   const key = `${tier}/${opts.runtime ?? ''}`

@@ -2,9 +2,6 @@
 import { UsageError } from '../../errors.js'
 import { shortDigest } from '../../format/digest.js'
 import { formatRef, parseRef } from '../../format/ref.js'
-import { inspectImage } from '../../image/inspect.js'
-import { loadImage } from '../../image/load-image.js'
-import { rebaseImage } from '../../image/rebase.js'
 import type { Command } from '../command.js'
 import { formatBytes } from '../human-units.js'
 
@@ -15,6 +12,7 @@ export const inspectCommand: Command = {
   options: {},
   async run (ctx, { positionals }) {
     if (positionals.length !== 1) throw new UsageError(`inspect takes one NAME:TAG; usage: ${this.usage}`)
+    const [{ inspectImage }, { loadImage }] = await Promise.all([import('../../image/inspect.js'), import('../../image/load-image.js')])
     const report = inspectImage(await loadImage(ctx.store(), parseRef(positionals[0]!)))
     if (ctx.json) { ctx.out(JSON.stringify(report, null, 2)); return 0 }
     ctx.out(`manifest   ${report.manifest}`)
@@ -41,6 +39,7 @@ export const rebaseCommand: Command = {
   async run (ctx, { values, positionals }) {
     if (positionals.length !== 1 || typeof values.onto !== 'string') throw new UsageError(`rebase takes NAME:TAG and --onto BASE:TAG; usage: ${this.usage}`)
     const ref = parseRef(positionals[0]!)
+    const { rebaseImage } = await import('../../image/rebase.js')
     const r = await rebaseImage(ctx.store(), ref, parseRef(values.onto))
     if (ctx.json) { ctx.out(JSON.stringify(r)); return 0 }
     ctx.out(r.changed

@@ -2,7 +2,7 @@
 import { UsageError } from '../../errors.js'
 import { shortDigest } from '../../format/digest.js'
 import { formatRef, parseRef } from '../../format/ref.js'
-import { pushImage, type PushedLayer, type PushProgress } from '../../image/push.js'
+import type { PushedLayer, PushProgress } from '../../image/push.js'
 import type { Command, CommandContext } from '../command.js'
 import { formatBytes, parseSize } from '../human-units.js'
 
@@ -22,6 +22,7 @@ export const pushCommand: Command = {
     if (maxLayer === null || (values['max-layer-size'] !== undefined && maxLayer === undefined)) {
       throw new UsageError(`invalid --max-layer-size ${JSON.stringify(values['max-layer-size'])}: use a size such as 10G`)
     }
+    const { pushImage } = await import('../../image/push.js') // loaded on use: other commands start faster
     const started = Date.now()
     const result = await pushImage(src, ref, {
       store: ctx.store(),
