@@ -9,10 +9,19 @@
  * directories, each with a warning (see ingest-policy.ts). File content is
  * streamed; a file that changes size while it is read is refused.
  *
+ * The walk uses synchronous fs calls. A tree is thousands of small files, and
+ * each awaited fs call is a round trip through libuv's thread pool that the
+ * next call waits for: on the python image (8,270 entries) the awaited walk
+ * made a directory push take 2.1x as long as pushing the same image as a
+ * tar (bench/push-throughput.ts). The calls are cheap on a page-cached tree
+ * and the walk yields to the event loop every YIELD_EVERY_ENTRIES entries,
+ * so worker results and uploads keep moving. Push runs in layerctl and in
+ * commit, never inside layerd, so no FUSE request waits behind a walk.
+ *
  * May import: src/errors.ts, src/format/, src/native.ts, the modules next to it.
  */
 import { constants, type BigIntStats } from 'node:fs'
-import { lstat, open, readdir, readlink } from 'node:fs/promises'
+import { closeSync, lstatSync, openSync, readdirSync, readlinkSync, readSync } from 'node:fs'
 import { join } from 'node:path'
 import { BadInputError, UsageError } from '../../errors.js'
 import type { Digest } from '../../format/digest.js'
@@ -23,6 +32,7 @@ import { LayerPolicy, type IngestContext, type RawEntry } from './ingest-policy.
 import { minimalConfig } from './rootfs-tar-source.js'
 
 const READ_CHUNK_BYTES = 1024 * 1024
+const YIELD_EVERY_ENTRIES = 256
 const UTF8 = new TextDecoder('utf-8', { fatal: true })
 
 /** A one-layer image of the directory at `path`. Sync; nothing is read until the layer's entries are. */
@@ -54,12 +64,14 @@ export class DirectoryLayerSource implements LayerSource {
     this.#started = true
     const policy = new LayerPolicy(this.name, this.#ctx)
     const firstPaths = new Map<string, string>()
-    const rootStat = await this.#lstat(this.#root, '')
+    const rootStat = this.#lstat(this.#root, '')
     if (!rootStat.isDirectory()) throw new BadInputError(`${this.name}: not a directory`)
     const stack: Array<{ abs: string, rel: string, st: BigIntStats }> = [{ abs: this.#root, rel: '', st: rootStat }]
+    let walked = 0
     while (stack.length > 0) {
+      if (++walked % YIELD_EVERY_ENTRIES === 0) await new Promise(resolve => setImmediate(resolve))
       const { abs, rel, st } = stack.pop()!
-      const raw = await this.#rawEntry(abs, rel, st, firstPaths)
+      const raw = this.#rawEntry(abs, rel, st, firstPaths)
       if (raw === undefined) continue
       const header = policy.admit(raw)
       if (header === undefined) continue
@@ -70,15 +82,15 @@ export class DirectoryLayerSource implements LayerSource {
         this.#ctx.notice(`${this.name}: ${JSON.stringify(rel)} is a mount point; recorded as an empty directory`)
         continue
       }
-      const children = await this.#children(abs, rel)
+      const children = this.#children(abs, rel)
       // Pushed in reverse so they pop in sorted order, each subtree before the next sibling.
       for (let i = children.length - 1; i >= 0; i--) stack.push(children[i]!)
     }
   }
 
-  async #children (abs: string, rel: string): Promise<Array<{ abs: string, rel: string, st: BigIntStats }>> {
+  #children (abs: string, rel: string): Array<{ abs: string, rel: string, st: BigIntStats }> {
     let names: Buffer[]
-    try { names = await readdir(abs, { encoding: 'buffer' }) } catch (err) {
+    try { names = readdirSync(abs, { encoding: 'buffer' }) } catch (err) {
       throw new BadInputError(`${this.name}: cannot list ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
     }
     names.sort(Buffer.compare)
@@ -90,12 +102,12 @@ export class DirectoryLayerSource implements LayerSource {
       }
       const childAbs = join(abs, name)
       const childRel = joinPath(rel, name)
-      out.push({ abs: childAbs, rel: childRel, st: await this.#lstat(childAbs, childRel) })
+      out.push({ abs: childAbs, rel: childRel, st: this.#lstat(childAbs, childRel) })
     }
     return out
   }
 
-  async #rawEntry (abs: string, rel: string, st: BigIntStats, firstPaths: Map<string, string>): Promise<RawEntry | undefined> {
+  #rawEntry (abs: string, rel: string, st: BigIntStats, firstPaths: Map<string, string>): RawEntry | undefined {
     const base = {
       name: rel,
       mode: Number(st.mode & 0o7777n),
@@ -121,7 +133,7 @@ export class DirectoryLayerSource implements LayerSource {
     if (st.isFile()) return withXattrs({ ...base, type: 'file', size: Number(st.size) })
     if (st.isSymbolicLink()) {
       let target: string
-      try { target = UTF8.decode(await readlink(abs, { encoding: 'buffer' })) } catch (err) {
+      try { target = UTF8.decode(readlinkSync(abs, { encoding: 'buffer' })) } catch (err) {
         throw new BadInputError(`${this.name}: cannot read symlink ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
       }
       return withXattrs({ ...base, type: 'symlink', linkname: target })
@@ -152,8 +164,8 @@ export class DirectoryLayerSource implements LayerSource {
     return out.size > 0 ? out : undefined
   }
 
-  async #lstat (abs: string, rel: string): Promise<BigIntStats> {
-    try { return await lstat(abs, { bigint: true }) } catch (err) {
+  #lstat (abs: string, rel: string): BigIntStats {
+    try { return lstatSync(abs, { bigint: true }) } catch (err) {
       throw new BadInputError(`${this.name}: cannot stat ${JSON.stringify(rel === '' ? '.' : rel)}: ${(err as Error).message}`, { cause: err })
     }
   }
@@ -161,23 +173,22 @@ export class DirectoryLayerSource implements LayerSource {
 
 /** Stream exactly `size` bytes of a regular file, refusing one that is replaced, shrinks or grows meanwhile. */
 async function * readFile (abs: string, size: number, label: string): AsyncGenerator<Uint8Array> {
-  let fh
-  try { fh = await open(abs, constants.O_RDONLY | constants.O_NOFOLLOW) } catch (err) {
+  let fd: number
+  try { fd = openSync(abs, constants.O_RDONLY | constants.O_NOFOLLOW) } catch (err) {
     throw new BadInputError(`${label}: cannot open: ${(err as Error).message}`, { cause: err })
   }
   try {
     let done = 0
     while (done < size) {
       const buf = Buffer.allocUnsafe(Math.min(READ_CHUNK_BYTES, size - done))
-      const { bytesRead } = await fh.read(buf, 0, buf.length, done)
+      const bytesRead = readSync(fd, buf, 0, buf.length, done)
       if (bytesRead === 0) throw new BadInputError(`${label}: shrank from ${size} to ${done} bytes while being read`)
       done += bytesRead
       yield buf.subarray(0, bytesRead)
     }
-    const { bytesRead } = await fh.read(Buffer.alloc(1), 0, 1, size)
-    if (bytesRead !== 0) throw new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
+    if (readSync(fd, Buffer.alloc(1), 0, 1, size) !== 0) throw new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
   } finally {
-    await fh.close()
+    closeSync(fd)
   }
 }
 
