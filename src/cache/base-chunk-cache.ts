@@ -40,9 +40,17 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
    * visible to reads. `owned`: the caller will never change `bytes`, so they
    * may be kept without a copy.
    */
-  protected abstract write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number, owned: boolean): Promise<void>
+  protected abstract write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number, owned: boolean, isFrame: boolean): Promise<void>
   /** Remove one entry, calling quota.removed() if it was present. Async. */
   protected abstract remove (kind: EntryKind, key: string): Promise<void>
+  /**
+   * The form in which a chunk is stored (its size is what the quota counts):
+   * by default the plain bytes; a backend that stores frames returns its own
+   * new buffer and `isFrame`. Sync.
+   */
+  protected encodeChunk (plain: Uint8Array, _frame: Uint8Array | undefined): { bytes: Uint8Array, isFrame: boolean } {
+    return { bytes: plain, isFrame: false }
+  }
   /** On-disk footprint in bytes. Sync. */
   protected abstract diskBytes (): number
   /** Release the storage. Called once, after the quota has flushed. Async. */
@@ -69,7 +77,7 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
     this.#assertOpen('put')
     assertChunkDigest(digest, this.location)
     if (options.verified !== true) assertContentMatches(digest, plain, `chunk ${digest}`, this.location)
-    await this.#insert('chunk', digest, plain, false, options.transfer === true)
+    await this.#insert('chunk', digest, plain, false, options.transfer === true, options.frame)
   }
 
   async delete (digest: string): Promise<void> {
@@ -140,22 +148,23 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   }
 
   /** One write per key at a time; an existing entry is left as it is (content-addressed). */
-  #insert (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean, owned: boolean): Promise<void> {
+  #insert (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean, owned: boolean, frame?: Uint8Array): Promise<void> {
     const running = this.#writing.get(key)
     if (running !== undefined) return running
     if (this.exists(kind, key)) return Promise.resolve()
-    const p = this.#write(kind, key, bytes, pinned, owned).finally(() => this.#writing.delete(key))
+    const stored = kind === 'chunk' ? this.encodeChunk(bytes, frame) : { bytes, isFrame: false }
+    const p = this.#write(kind, key, stored.bytes, pinned, owned || stored.isFrame, stored.isFrame).finally(() => this.#writing.delete(key))
     this.#writing.set(key, p)
     return p
   }
 
-  async #write (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean, owned: boolean): Promise<void> {
+  async #write (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean, owned: boolean, isFrame: boolean): Promise<void> {
     // Pinned metadata is small and must stay: it goes in even above the cap.
     if (!pinned && !(await this.quota.makeRoom(bytes.length))) { this.#rejected++; return }
     if (this.#closed) return
     this.quota.added(kind, bytes.length)
     try {
-      await this.write(kind, key, bytes, this.quota.now(), owned)
+      await this.write(kind, key, bytes, this.quota.now(), owned, isFrame)
     } catch (err) {
       this.quota.removed(kind, bytes.length)
       throw err

@@ -5,10 +5,11 @@
  * close, and the quota: cap, watermarks, LRU order, pinned never evicted,
  * proactive reclaim. Persistence across reopen runs when the backend has it.
  *
- * May import: src/errors.ts, src/format/, ./ (the cache under test), tap.
+ * May import: src/errors.ts, src/format/, ./ (the cache under test), tap, zstd-napi.
  */
 import { randomBytes } from 'node:crypto'
 import type { Test } from 'tap'
+import { Compressor } from 'zstd-napi'
 import { CorruptObjectError, UsageError } from '../errors.js'
 import { sha256Hex } from '../format/digest.js'
 import type { CacheQuotaOptions } from './cache-quota.js'
@@ -58,6 +59,19 @@ export function runChunkCacheConformance (t: Test, name: string, factory: CacheF
     tt.teardown(() => u.cache.close())
     return u
   }
+
+  t.test(`${name}.get() returns plain bytes for a chunk put() with its frame`, async t => {
+    const { cache } = open(t)
+    const plain = Buffer.alloc(70_000, 'layerd frames ')
+    const digest = sha256Hex(plain)
+    const frame = new Compressor().compress(plain)
+    await cache.put(digest, plain, { frame })
+    frame.fill(0)
+    t.ok(cache.get(digest)?.equals(plain), 'the plain bytes, even after the caller reused the frame buffer')
+    t.ok(cache.stats().bytes <= plain.length, 'stored size counted, never more than the plain bytes')
+    await cache.delete(digest)
+    t.equal(cache.get(digest), undefined, 'deleted')
+  })
 
   t.test(`${name}.get() returns the bytes put() stored, has() and delete() agree`, async t => {
     const { cache } = open(t)

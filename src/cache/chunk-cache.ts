@@ -1,5 +1,5 @@
 /**
- * The node chunk cache: plain chunk bytes by sha256, plus small
+ * The node chunk cache: chunks by the sha256 of their plain bytes, plus small
  * content-addressed metadata objects (layer TOCs, manifests), shared by every
  * mount of the node.
  *
@@ -61,6 +61,13 @@ export interface PutOptions {
    * memory before writing them may keep this buffer instead of a copy.
    */
   transfer?: boolean
+  /**
+   * The zstd frame that `plain` was just decoded from and verified against
+   * (only the fetcher passes it). A persistent backend may store the frame
+   * instead of the plain bytes (lmdb does when it is smaller); `get()`
+   * still returns plain bytes. The frame is copied before put() returns.
+   */
+  frame?: Uint8Array
 }
 
 export interface PutMetaOptions extends PutOptions {

@@ -356,7 +356,7 @@ export class ChunkFetcher {
       p.resolve(plain)
       // The entry stays in flight until the cache has it, so no reader falls in the gap and fetches again.
       // `plain` is read-only from here on (readers share it): the cache may keep it without a copy.
-      writes.push(this.#cache.put(p.ref.digest, plain, { verified: true, transfer: true }).catch(err => {
+      writes.push(this.#cache.put(p.ref.digest, plain, { verified: true, transfer: true, frame: data.subarray(start, start + p.ref.compressedLength) }).catch(err => {
         this.cacheWriteErrors++
         this.#log(`could not cache ${describeChunk(p.ref, this.#store.url)}: ${(err as Error).message}`)
       }).finally(() => {

@@ -1,5 +1,6 @@
 import t from 'tap'
 import { open } from 'lmdb'
+import { Compressor } from 'zstd-napi'
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { UnsupportedError } from '../errors.js'
@@ -67,6 +68,58 @@ t.test('LmdbChunkCache.open() refuses a cache written in another format', async 
   await env.openDB({ name: 'info' }).put('format', 99)
   await env.close()
   t.throws(() => LmdbChunkCache.open(dir), UnsupportedError)
+})
+
+t.test('LmdbChunkCache stores a chunk as its frame when that is smaller, and serves plain bytes', async t => {
+  const dir = join(t.testdir(), 'cache')
+  const opts = { maintenanceIntervalMs: 0 }
+  const text = Buffer.from('def f(x):\n    return x * 2\n'.repeat(3000))
+  const random = makeChunk(40_000)
+  const compressor = new Compressor()
+  const first = LmdbChunkCache.open(dir, opts)
+  await first.put(sha256Hex(text), text, { frame: compressor.compress(text) })
+  await first.put(random.digest, random.bytes, { frame: compressor.compress(random.bytes) })
+  t.ok(first.get(sha256Hex(text))?.equals(text), 'served from the write buffer as plain bytes')
+  await first.close()
+
+  const second = LmdbChunkCache.open(dir, opts)
+  const stats = second.stats()
+  t.ok(stats.bytes < text.length / 20 + random.bytes.length + 100, `compressible chunk counted at its frame's size (${stats.bytes} bytes for ${text.length + random.bytes.length} plain)`)
+  t.ok(stats.bytes >= random.bytes.length, 'an incompressible chunk is kept plain (its frame saves nothing)')
+  t.ok(second.get(sha256Hex(text))?.equals(text), 'after reopen: plain bytes of the frame')
+  t.ok(second.get(random.digest)?.equals(random.bytes), 'after reopen: the plain chunk')
+  t.ok(second.get(sha256Hex(text))?.equals(text), 'a second hit on the same chunk')
+  t.equal(second.decodeStats.decompressed, 1, 'the repeated hit reused the last decoded chunk')
+  await second.close()
+
+  // Damage the stored frame: it must read as a miss (and go), never as wrong bytes.
+  const env = open({ path: dir, noSubdir: false, maxDbs: 8 })
+  const frames = env.openDB({ name: 'frames', encoding: 'binary' })
+  const damaged = Buffer.from(frames.getBinary(sha256Hex(text))!)
+  damaged.fill(0x55, 4)
+  await frames.put(sha256Hex(text), damaged)
+  await env.close()
+  const lines: string[] = []
+  const third = LmdbChunkCache.open(dir, { ...opts, log: line => lines.push(line) })
+  t.teardown(() => third.close())
+  t.equal(third.get(sha256Hex(text)), undefined, 'a damaged frame is a miss')
+  t.match(lines.join('\n'), /damaged on disk/, 'and is logged')
+  await waitFor(t, 'the damaged entry to be dropped', () => !third.has(sha256Hex(text)))
+  t.ok(third.get(random.digest)?.equals(random.bytes), 'other chunks unaffected')
+})
+
+t.test('LmdbChunkCache.open() upgrades a format-1 cache in place, keeping its chunks', async t => {
+  const dir = join(t.testdir(), 'cache')
+  const a = makeChunk(5000)
+  const first = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0 })
+  await first.put(a.digest, a.bytes)
+  await first.close()
+  const env = open({ path: dir, noSubdir: false, maxDbs: 8 })
+  await env.openDB({ name: 'info' }).put('format', 1)
+  await env.close()
+  const second = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0 })
+  t.teardown(() => second.close())
+  t.ok(second.get(a.digest)?.equals(a.bytes), 'the format-1 chunk is served')
 })
 
 t.test('LmdbChunkCache.put() batches inserts: visible at once, written in few transactions', async t => {

@@ -2,10 +2,11 @@
  * LmdbChunkCache: the node's persistent, memory-mapped chunk cache
  * (lmdb-js), one per LAYERD_HOME, shared by every mount in the daemon.
  *
- * One lmdb environment in `dir` (data.mdb, lock.mdb) with five databases:
+ * One lmdb environment in `dir` (data.mdb, lock.mdb) with six databases:
  * | db       | key             | value                                   |
  * |----------|-----------------|-----------------------------------------|
- * | chunks   | sha256 hex      | plain chunk bytes (a hit is one memcpy) |
+ * | frames   | sha256 hex      | plain length + the chunk's zstd frame, when smaller than the plain bytes (stored-chunk.ts) |
+ * | chunks   | sha256 hex      | plain chunk bytes (no smaller frame; a hit is one memcpy) |
  * | meta     | `<prefix>/<hex>`| stored (compressed) TOC/manifest bytes  |
  * | access   | entry key       | [atimeMs, size, kind]                   |
  * | lru      | [atimeMs, key]  | [size, kind]: the eviction order        |
@@ -45,7 +46,7 @@
  * file); the quota's counters live in that process.
  *
  * May import: src/errors.ts, ./base-chunk-cache.ts, ./cache-quota.ts,
- * ./write-buffer.ts, ./shutdown-marker.ts, lmdb, node built-ins.
+ * ./write-buffer.ts, ./shutdown-marker.ts, ./stored-chunk.ts, lmdb, node built-ins.
  */
 import { mkdirSync, rmSync } from 'node:fs'
 import { join, resolve } from 'node:path'
@@ -56,6 +57,7 @@ import {
   CacheQuota, type CacheQuotaOptions, type CacheUsage, type EntryKind, type IndexedEntry
 } from './cache-quota.js'
 import { currentBootId, distrustReason, fsyncPath, readMarker, writeMarker } from './shutdown-marker.js'
+import { encodeStoredFrame, StoredChunkDecoder } from './stored-chunk.js'
 import { WriteBuffer, type BufferedEntry } from './write-buffer.js'
 
 export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
@@ -73,8 +75,12 @@ export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   writeBatchBytes?: number
 }
 
-/** Bumped when the on-disk layout changes; an older cache must be removed. */
-export const LMDB_CACHE_FORMAT = 1
+/**
+ * Bumped when the on-disk layout changes. 2 added `frames`; a format-1 cache
+ * is a valid format-2 cache without frames, and is upgraded in place. A
+ * newer format is refused (an older layerd must not misread it).
+ */
+export const LMDB_CACHE_FORMAT = 2
 export const DEFAULT_WRITE_DELAY_MS = 250
 export const DEFAULT_WRITE_BATCH_BYTES = 16 * 1024 * 1024
 const GIB = 1024 ** 3
@@ -90,6 +96,7 @@ export class LmdbChunkCache extends BaseChunkCache {
   readonly location: string
   readonly #env: RootDatabase
   readonly #chunks: Database<Buffer, string>
+  readonly #frames: Database<Buffer, string>
   readonly #meta: Database<Buffer, string>
   readonly #access: Database<AccessRow, string>
   readonly #lru: Database<[number, number], LruKey>
@@ -97,13 +104,14 @@ export class LmdbChunkCache extends BaseChunkCache {
   readonly #buffer: WriteBuffer
   readonly #noSync: boolean
   readonly #log: (line: string) => void
+  readonly #decoder = new StoredChunkDecoder()
   #serial: Promise<unknown> = Promise.resolve()
 
   /**
    * Open (creating) the cache in `dir`. Sync. A cache left open without
    * fsync by a writer from an earlier boot is discarded first (logged).
    * Throws StoreUnavailableError when lmdb cannot open the directory,
-   * UnsupportedError for a cache written in another format, UsageError for
+   * UnsupportedError for a cache written in a newer format, UsageError for
    * invalid quota options.
    */
   static open (dir: string, options: LmdbChunkCacheOptions = {}): LmdbChunkCache {
@@ -133,16 +141,17 @@ export class LmdbChunkCache extends BaseChunkCache {
       throw new StoreUnavailableError(`cannot open chunk cache ${dir}: ${(err as Error).message}`, { cause: err })
     }
     this.#chunks = this.#env.openDB({ name: 'chunks', encoding: 'binary' })
+    this.#frames = this.#env.openDB({ name: 'frames', encoding: 'binary' })
     this.#meta = this.#env.openDB({ name: 'meta', encoding: 'binary' })
     this.#access = this.#env.openDB({ name: 'access' })
     this.#lru = this.#env.openDB({ name: 'lru' })
     this.#info = this.#env.openDB({ name: 'info' })
     const format = this.#info.get('format')
-    if (format !== undefined && format !== LMDB_CACHE_FORMAT) {
+    if (format !== undefined && !(typeof format === 'number' && format <= LMDB_CACHE_FORMAT)) {
       void this.#env.close()
       throw new UnsupportedError(`chunk cache ${dir} has format ${String(format)}, this layerd reads ${LMDB_CACHE_FORMAT}: remove the directory`)
     }
-    if (format === undefined) this.#info.putSync('format', LMDB_CACHE_FORMAT)
+    if (format !== LMDB_CACHE_FORMAT) this.#info.putSync('format', LMDB_CACHE_FORMAT)
     this.#buffer = new WriteBuffer({
       delayMs: options.writeDelayMs ?? DEFAULT_WRITE_DELAY_MS,
       maxBytes: options.writeBatchBytes ?? DEFAULT_WRITE_BATCH_BYTES,
@@ -154,10 +163,32 @@ export class LmdbChunkCache extends BaseChunkCache {
 
   protected readChunk (digest: string): Buffer | undefined {
     const pending = this.#buffer.get(digest)
-    if (pending !== undefined) return pending.kind === 'chunk' ? pending.bytes : undefined
-    const fast = this.#chunks.getBinaryFast(digest)
-    // lmdb's shared buffer reports a patched `length`; hand out a plain view of it.
-    return fast === undefined ? undefined : fast.subarray(0, fast.length)
+    if (pending !== undefined) {
+      if (pending.kind !== 'chunk') return undefined
+      return pending.isFrame === true ? this.#decoder.decode(digest, pending.bytes) : pending.bytes
+    }
+    // lmdb's shared buffer reports a patched `length`; use a plain view of it.
+    const frame = this.#frames.getBinaryFast(digest)
+    if (frame === undefined) {
+      const fast = this.#chunks.getBinaryFast(digest)
+      return fast === undefined ? undefined : fast.subarray(0, fast.length)
+    }
+    const plain = this.#decoder.decode(digest, frame.subarray(0, frame.length))
+    if (plain === undefined) {
+      this.#log(`chunk cache ${this.location}: chunk ${digest} is damaged on disk; dropped, it will be fetched again`)
+      void this.remove('chunk', digest).catch(() => {})
+    }
+    return plain
+  }
+
+  protected override encodeChunk (plain: Uint8Array, frame: Uint8Array | undefined): { bytes: Uint8Array, isFrame: boolean } {
+    const stored = encodeStoredFrame(plain, frame)
+    return stored === undefined ? { bytes: plain, isFrame: false } : { bytes: stored, isFrame: true }
+  }
+
+  /** Frames decompressed by hits so far, and stored values that did not decode (read as misses). Sync. */
+  get decodeStats (): { decompressed: number, failed: number } {
+    return { decompressed: this.#decoder.decompressed, failed: this.#decoder.failed }
   }
 
   protected readMeta (key: string): Buffer | undefined {
@@ -174,9 +205,9 @@ export class LmdbChunkCache extends BaseChunkCache {
   }
 
   /** Buffer the entry (a copy unless `owned`: the caller may reuse its bytes once this resolves); it is written with the next batch. */
-  protected async write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number, owned: boolean): Promise<void> {
+  protected async write (kind: EntryKind, key: string, bytes: Uint8Array, atimeMs: number, owned: boolean, isFrame: boolean): Promise<void> {
     const kept = owned ? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength) : Buffer.from(bytes)
-    this.#buffer.add({ kind, key, bytes: kept, atimeMs })
+    this.#buffer.add({ kind, key, bytes: kept, atimeMs, ...(isFrame ? { isFrame } : {}) })
   }
 
   protected remove (kind: EntryKind, key: string): Promise<void> {
@@ -268,10 +299,10 @@ export class LmdbChunkCache extends BaseChunkCache {
   /** One batch of new entries: data, index rows and counters, issued in one turn (one lmdb transaction). */
   async #commitBatch (batch: BufferedEntry[]): Promise<void> {
     const writes: Array<Promise<unknown>> = []
-    for (const { kind, key, bytes, atimeMs } of batch) {
+    for (const { kind, key, bytes, atimeMs, isFrame } of batch) {
       const code = KIND_CODES[kind]
       writes.push(
-        this.#db(kind).put(key, bytes),
+        (isFrame === true ? this.#frames : this.#db(kind)).put(key, bytes),
         this.#access.put(key, [atimeMs, bytes.length, code]),
         this.#lru.put([atimeMs, key], [bytes.length, code])
       )
@@ -303,6 +334,7 @@ export class LmdbChunkCache extends BaseChunkCache {
     this.quota.removed(kind, size)
     return [
       this.#db(kind).remove(key),
+      ...(kind === 'chunk' ? [this.#frames.remove(key)] : []),
       this.#access.remove(key),
       this.#lru.remove([atimeMs, key]),
       this.#info.put('usage', this.#persistedUsage())
@@ -337,8 +369,7 @@ export class LmdbChunkCache extends BaseChunkCache {
   #loadUsage (): CacheUsage {
     const saved = this.#info.get('usage') as CacheUsage | undefined
     const rows = (this.#access.getStats() as { entryCount: number }).entryCount
-    const data = (this.#chunks.getStats() as { entryCount: number }).entryCount +
-      (this.#meta.getStats() as { entryCount: number }).entryCount
+    const data = [this.#chunks, this.#frames, this.#meta].reduce((n, db) => n + (db.getStats() as { entryCount: number }).entryCount, 0)
     const lru = (this.#lru.getStats() as { entryCount: number }).entryCount
     if (saved !== undefined && rows === data && rows === lru && saved.chunks + saved.metaObjects === rows) return saved
     return this.#rebuildIndex()
@@ -355,6 +386,7 @@ export class LmdbChunkCache extends BaseChunkCache {
       this.#lru.clearSync()
       // Keys only: listing keys does not copy values out of the map.
       const present = KINDS.map(kind => new Set(this.#db(kind).getKeys({}) as Iterable<string>))
+      for (const key of this.#frames.getKeys({}) as Iterable<string>) present[KIND_CODES.chunk]!.add(key)
       const dangling: string[] = []
       for (const { key, value } of this.#access.getRange({})) {
         if (!(present[value[2]]?.has(key) ?? false)) dangling.push(key)
@@ -364,7 +396,7 @@ export class LmdbChunkCache extends BaseChunkCache {
         for (const key of present[code]!) {
           let row = this.#access.get(key)
           if (row === undefined || row[2] !== code) {
-            row = [0, this.#db(kind).getBinaryFast(key)?.length ?? 0, code]
+            row = [0, (kind === 'chunk' ? this.#frames.getBinaryFast(key) : undefined)?.length ?? this.#db(kind).getBinaryFast(key)?.length ?? 0, code]
             this.#access.putSync(key, row)
           }
           this.#lru.putSync([row[0], key], [row[1], row[2]])

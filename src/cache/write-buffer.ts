@@ -20,6 +20,8 @@ export interface BufferedEntry {
   /** Owned by the buffer (a copy of the caller's bytes). */
   bytes: Buffer
   atimeMs: number
+  /** A chunk stored as its frame (stored-chunk.ts), not as plain bytes. */
+  isFrame?: boolean
 }
 
 export interface WriteBufferOptions {
