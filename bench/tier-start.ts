@@ -6,11 +6,14 @@
  * quota kind.
  *
  *   node dist/bench/tier-start.js [--runs N] [--cases process,container,container-crun,microvm,vm]
- *                                 [--quota loop-ext4|tmpfs] [--overlay-runs N] [--json OUT]
+ *                                 [--lower layerd|dir] [--quota loop-ext4|tmpfs] [--overlay-runs N] [--json OUT]
  *
  * Table-driven: a tier is one row of TIER_CASES, with its own default run
- * count (VM tiers: 5, after one warm-up boot). The lower is the Debian base
- * fixture's rootfs directory (page cache warm after the first run); the VM
+ * count (VM tiers: 5, after one warm-up boot). The lower of the process and
+ * container tiers is, by default (`--lower layerd`), the Debian base image
+ * pushed into a node store and mounted by a real layerd with a warm chunk
+ * cache (`layerctl pull --all`), as createSandbox uses it; `--lower dir` uses
+ * the fixture's rootfs directory instead. The VM
  * tiers boot its block view, built once per run (for a VM, create = overlay
  * disk + boot to the guest agent's READY). Prints a Markdown
  * table and the command; writes JSON (default bench/results/tier-start.json).
@@ -23,6 +26,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { ensureGuestKernel, type GuestKernelFixture } from '../fixtures/guest-kernel.js'
+import { layerdNode, type LayerdNode } from '../fixtures/layerd-harness.js'
 import { buildBlockView } from '../src/blockview/block-view-builder.js'
 import { ContainerTierDriver } from '../src/runtime/container/container-driver.js'
 import { unmountAllUnder } from '../src/runtime/overlay/mount-table.js'
@@ -65,7 +69,7 @@ function stats (xs: number[]): Stats {
 }
 const ms = (x: number): string => x.toFixed(1)
 
-function parseArgs (): { runs?: number, cases: string[], quota: QuotaKind, overlayRuns: number, json: string } {
+function parseArgs (): { runs?: number, cases: string[], lower: 'layerd' | 'dir', quota: QuotaKind, overlayRuns: number, json: string } {
   const a = process.argv.slice(2)
   const get = (k: string): string | undefined => { const i = a.indexOf(k); return i >= 0 ? a[i + 1] : undefined }
   const runs = get('--runs')
@@ -73,6 +77,7 @@ function parseArgs (): { runs?: number, cases: string[], quota: QuotaKind, overl
     ...(runs !== undefined ? { runs: Number(runs) } : {}),
     cases: (get('--cases') ?? 'process,container,microvm,vm').split(','),
     quota: (get('--quota') ?? 'loop-ext4') as QuotaKind,
+    lower: get('--lower') === 'dir' ? 'dir' : 'layerd',
     overlayRuns: Number(get('--overlay-runs') ?? 30),
     json: get('--json') ?? join(REPO_ROOT, 'bench/results/tier-start.json')
   }
@@ -82,8 +87,19 @@ async function main (): Promise<void> {
   const opt = parseArgs()
   const command = `node dist/bench/tier-start.js ${process.argv.slice(2).join(' ')}`.trim()
   const images = await ensureDebianImages()
-  const lower = images.images.base.rootfs
+  const baseRootfs = images.images.base.rootfs
   const work = await mkdtemp('/var/tmp/layerd-tier-start-')
+  let node: LayerdNode | undefined
+  let lower = baseRootfs
+  if (opt.lower === 'layerd') {
+    node = layerdNode(join(work, 'home'))
+    await node.startDaemon()
+    lower = join(work, 'mnt')
+    for (const args of [['push', baseRootfs, 'bench/base:v1'], ['mount', 'bench/base:v1', lower], ['pull', '--all', 'bench/base:v1']]) {
+      const r = await node.layerctl(...args)
+      if (r.code !== 0) throw new Error(`layerctl ${args.join(' ')} failed: ${r.stderr}`)
+    }
+  }
   const load = loadavg()[0]!
   const results: Record<string, unknown> = {}
   const selected = TIER_CASES.filter(x => opt.cases.includes(x.name))
@@ -96,7 +112,7 @@ async function main (): Promise<void> {
       const why = await driver.unavailableReason()
       if (why !== undefined) { lines.push(`| ${c.name} | – | unavailable: ${why} | | | | |`); continue }
       // The VM tiers boot the base image's block view (a plain file here: start latency from a warm page cache).
-      if (c.input === 'blockView') blockView ??= (await buildBlockView(lower, { uuidSeed: 'bench-tier-start', out: join(work, 'base.raw') })).path
+      if (c.input === 'blockView') blockView ??= (await buildBlockView(baseRootfs, { uuidSeed: 'bench-tier-start', out: join(work, 'base.raw') })).path
       const runs = opt.runs ?? c.defaultRuns
       const warmups = c.warmupRuns ?? WARMUP_RUNS
       const t = { create: [] as number[], exec: [] as number[], destroy: [] as number[], total: [] as number[] }
@@ -140,11 +156,15 @@ async function main (): Promise<void> {
     results.writableLayer = overlay
 
     process.stdout.write(`${lines.join('\n')}\n\n${overlayLines.join('\n')}\n\n` +
-      `Times in ms. Quota kind for the tiers: ${opt.quota}. 1-minute load average at start: ${load.toFixed(2)} (${cpus().length} CPUs).\n` +
+      `Times in ms. Lower of the process and container tiers: ${opt.lower === 'layerd' ? 'a layerd FUSE mount of the base image, chunk cache warm' : 'the base rootfs directory'}. Quota kind for the tiers: ${opt.quota}. 1-minute load average at start: ${load.toFixed(2)} (${cpus().length} CPUs).\n` +
       `Command: ${command}\n`)
     await mkdir(dirname(opt.json), { recursive: true })
     await writeFile(opt.json, JSON.stringify({ command, date: new Date().toISOString(), loadAverage1m: load, lower, results }, null, 2) + '\n')
   } finally {
+    if (node !== undefined) {
+      await node.layerctl('umount', lower).catch(() => {})
+      await node.stopDaemon().catch(() => {})
+    }
     await unmountAllUnder(work) // a failed run may leave mounts; never rm into them
     await rm(work, { recursive: true, force: true })
   }
