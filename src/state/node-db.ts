@@ -8,7 +8,8 @@
  *
  * May import: nothing from the project but src/errors.ts.
  */
-import Database from 'better-sqlite3'
+import type BetterSqlite3 from 'better-sqlite3'
+import { createRequire } from 'node:module'
 import { chmodSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 
@@ -23,7 +24,16 @@ export function ensureHomeDir (home: string): void {
   chmodSync(home, 0o711)
 }
 
-export type NodeDb = Database.Database
+export type NodeDb = BetterSqlite3.Database
+
+// Loaded on first use: most layerctl commands (mount, stats, run…) only talk to layerd and never open
+// the database, so they skip loading the native addon.
+const requireCjs = createRequire(import.meta.url)
+let sqlite: typeof BetterSqlite3 | undefined
+function Database (file: string): NodeDb {
+  sqlite ??= requireCjs('better-sqlite3') as typeof BetterSqlite3
+  return new sqlite(file)
+}
 
 const BUSY_TIMEOUT_MS = 10_000
 
@@ -31,7 +41,7 @@ const BUSY_TIMEOUT_MS = 10_000
 export function openNodeDb (home: string): NodeDb {
   ensureHomeDir(home)
   const file = join(home, 'state.db')
-  const db = new Database(file)
+  const db = Database(file)
   chmodSync(file, 0o600)
   db.pragma('journal_mode = WAL')
   db.pragma('synchronous = NORMAL')
@@ -41,5 +51,5 @@ export function openNodeDb (home: string): NodeDb {
 
 /** An in-memory database for tests and one-off commands. */
 export function openMemoryNodeDb (): NodeDb {
-  return new Database(':memory:')
+  return Database(':memory:')
 }
