@@ -73,6 +73,8 @@ export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   writeDelayMs?: number
   /** Buffered bytes that start a batch at once. Default 16 MiB. */
   writeBatchBytes?: number
+  /** Plain bytes of decoded frames kept in memory, so hot chunks decompress once (stored-chunk.ts). Default 64 MiB; 0 keeps none. */
+  decodedCacheBytes?: number
 }
 
 /**
@@ -104,7 +106,7 @@ export class LmdbChunkCache extends BaseChunkCache {
   readonly #buffer: WriteBuffer
   readonly #noSync: boolean
   readonly #log: (line: string) => void
-  readonly #decoder = new StoredChunkDecoder()
+  readonly #decoder: StoredChunkDecoder
   #serial: Promise<unknown> = Promise.resolve()
 
   /**
@@ -124,6 +126,7 @@ export class LmdbChunkCache extends BaseChunkCache {
     this.location = dir
     this.#noSync = options.noSync ?? true
     this.#log = options.log ?? (() => {})
+    this.#decoder = new StoredChunkDecoder(options.decodedCacheBytes)
     const cap = quota.capBytes
     const mapSize = options.mapSizeBytes ?? (Number.isFinite(cap) ? 2 * cap + GIB : 256 * GIB)
     try {
@@ -186,9 +189,10 @@ export class LmdbChunkCache extends BaseChunkCache {
     return stored === undefined ? { bytes: plain, isFrame: false } : { bytes: stored, isFrame: true }
   }
 
-  /** Frames decompressed by hits so far, and stored values that did not decode (read as misses). Sync. */
-  get decodeStats (): { decompressed: number, failed: number } {
-    return { decompressed: this.#decoder.decompressed, failed: this.#decoder.failed }
+  /** Frames decompressed by hits so far, hits served from decoded chunks kept in memory, their plain bytes, and stored values that did not decode (read as misses). Sync. */
+  get decodeStats (): { decompressed: number, reused: number, decodedBytes: number, failed: number } {
+    const d = this.#decoder
+    return { decompressed: d.decompressed, reused: d.reused, decodedBytes: d.decodedBytes, failed: d.failed }
   }
 
   protected readMeta (key: string): Buffer | undefined {

@@ -1,0 +1,52 @@
+import t from 'tap'
+import { Compressor } from 'zstd-napi'
+import { encodeStoredFrame, StoredChunkDecoder } from './stored-chunk.js'
+
+const compressor = new Compressor()
+const text = (s: string): Buffer => Buffer.from(s.repeat(2000))
+
+t.test('encodeStoredFrame() keeps a frame only when it is smaller than the plain bytes', async t => {
+  const plain = text('abc')
+  t.ok(encodeStoredFrame(plain, compressor.compress(plain))!.length < plain.length, 'compressible: a frame')
+  const random = Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 2654435761) >>> 24))
+  t.equal(encodeStoredFrame(random, Buffer.alloc(random.length)), undefined, 'a frame as big as the plain bytes: not kept')
+  t.equal(encodeStoredFrame(plain, undefined), undefined, 'no frame given')
+})
+
+t.test('StoredChunkDecoder.decode() returns the plain bytes and decompresses a kept chunk once', async t => {
+  const a = text('layerd ')
+  const stored = encodeStoredFrame(a, compressor.compress(a))!
+  const d = new StoredChunkDecoder()
+  t.ok(d.decode('a', stored)?.equals(a))
+  t.ok(d.decode('a', stored)?.equals(a))
+  t.match({ decompressed: d.decompressed, reused: d.reused, decodedBytes: d.decodedBytes }, { decompressed: 1, reused: 1, decodedBytes: a.length })
+})
+
+t.test('StoredChunkDecoder keeps at most capBytes of decoded chunks, least recently used out first', async t => {
+  const a = text('aaaa'); const b = text('bbbb'); const c = text('cccc')
+  const sa = encodeStoredFrame(a, compressor.compress(a))!
+  const sb = encodeStoredFrame(b, compressor.compress(b))!
+  const sc = encodeStoredFrame(c, compressor.compress(c))!
+  const d = new StoredChunkDecoder(a.length * 2)
+  d.decode('a', sa); d.decode('b', sb); d.decode('a', sa) // a is now the most recent
+  d.decode('c', sc) // evicts b
+  t.equal(d.decodedBytes, a.length * 2, 'within the cap')
+  const before = d.decompressed
+  t.ok(d.decode('a', sa)?.equals(a), 'a kept')
+  t.equal(d.decompressed, before, 'a served without decompressing')
+  t.ok(d.decode('b', sb)?.equals(b), 'b decoded again')
+  t.equal(d.decompressed, before + 1, 'b had been dropped')
+  const none = new StoredChunkDecoder(0)
+  none.decode('a', sa); none.decode('a', sa)
+  t.equal(none.decompressed, 2, 'a cap of 0 keeps nothing')
+})
+
+t.test('StoredChunkDecoder.decode() reads a damaged value as undefined', async t => {
+  const a = text('x')
+  const stored = encodeStoredFrame(a, compressor.compress(a))!
+  stored.fill(0x55, 4)
+  const d = new StoredChunkDecoder()
+  t.equal(d.decode('a', stored), undefined)
+  t.equal(d.decode('b', Buffer.alloc(2)), undefined, 'too short')
+  t.equal(d.failed, 2)
+})
