@@ -13,13 +13,16 @@ t.test('encodeStoredFrame() keeps a frame only when it is smaller than the plain
   t.equal(encodeStoredFrame(plain, undefined), undefined, 'no frame given')
 })
 
-t.test('StoredChunkDecoder.decode() returns the plain bytes and decompresses a kept chunk once', async t => {
+t.test('StoredChunkDecoder.decode() returns the plain bytes and keeps a chunk from its second decode on', async t => {
   const a = text('layerd ')
   const stored = encodeStoredFrame(a, compressor.compress(a))!
   const d = new StoredChunkDecoder()
   t.ok(d.decode('a', stored)?.equals(a))
+  t.equal(d.decodedBytes, 0, 'decoded once: not kept (a full read of a tree keeps nothing)')
   t.ok(d.decode('a', stored)?.equals(a))
-  t.match({ decompressed: d.decompressed, reused: d.reused, decodedBytes: d.decodedBytes }, { decompressed: 1, reused: 1, decodedBytes: a.length })
+  t.equal(d.decodedBytes, a.length, 'decoded twice: kept')
+  t.ok(d.decode('a', stored)?.equals(a))
+  t.match({ decompressed: d.decompressed, reused: d.reused }, { decompressed: 2, reused: 1 })
 })
 
 t.test('StoredChunkDecoder keeps at most capBytes of decoded chunks, least recently used out first', async t => {
@@ -28,14 +31,16 @@ t.test('StoredChunkDecoder keeps at most capBytes of decoded chunks, least recen
   const sb = encodeStoredFrame(b, compressor.compress(b))!
   const sc = encodeStoredFrame(c, compressor.compress(c))!
   const d = new StoredChunkDecoder(a.length * 2)
-  d.decode('a', sa); d.decode('b', sb); d.decode('a', sa) // a is now the most recent
-  d.decode('c', sc) // evicts b
+  for (const [k, v] of [['a', sa], ['b', sb], ['c', sc]] as const) d.decode(k, v) // seen once each: none kept
+  d.decode('a', sa); d.decode('b', sb); d.decode('a', sa) // a and b kept, a the most recent
+  d.decode('c', sc) // c kept, evicting b
   t.equal(d.decodedBytes, a.length * 2, 'within the cap')
   const before = d.decompressed
   t.ok(d.decode('a', sa)?.equals(a), 'a kept')
   t.equal(d.decompressed, before, 'a served without decompressing')
   t.ok(d.decode('b', sb)?.equals(b), 'b decoded again')
   t.equal(d.decompressed, before + 1, 'b had been dropped')
+  t.ok(d.decode('c', sc)?.equals(c), 'the scratch buffer b used does not hold c: c is kept')
   const none = new StoredChunkDecoder(0)
   none.decode('a', sa); none.decode('a', sa)
   t.equal(none.decompressed, 2, 'a cap of 0 keeps nothing')

@@ -32,6 +32,8 @@ export function encodeStoredFrame (plain: Uint8Array, frame: Uint8Array | undefi
 
 /** Default memory for decoded chunks kept by StoredChunkDecoder. */
 export const DEFAULT_DECODED_CACHE_BYTES = 64 * 1024 * 1024
+/** Digests remembered as decoded once (about 100 bytes each). */
+const SEEN_MAX = 65_536
 
 /**
  * Turns stored frame values back into plain bytes, keeping the most recently
@@ -42,9 +44,14 @@ export const DEFAULT_DECODED_CACHE_BYTES = 64 * 1024 * 1024
  * (24 images on one node): 1.3 s of the daemon's CPU went to decompressing
  * hits before this memory was added.
  *
- * A result is a read-only view of a kept buffer. Chunks are content-
- * addressed, so a kept chunk is never stale; the caller checks that the entry
- * still exists before it decodes.
+ * A chunk is kept from its second decode on: a chunk read once (a full read
+ * of a tree) is decoded into one scratch buffer, with no allocation and
+ * nothing evicted for it. The digests decoded once are remembered, up to
+ * SEEN_MAX of them.
+ *
+ * A result is read-only and valid until the next decode() (the cache's get()
+ * contract). Chunks are content-addressed, so a kept chunk is never stale;
+ * the caller checks that the entry still exists before it decodes.
  */
 export class StoredChunkDecoder {
   readonly #dctx = new zstd.DCtx()
@@ -52,6 +59,8 @@ export class StoredChunkDecoder {
   /** Insertion order is recency order: a hit moves its chunk to the end. */
   readonly #decoded = new Map<string, Buffer>()
   #decodedBytes = 0
+  readonly #seen = new Set<string>()
+  #scratch = Buffer.allocUnsafe(256 * 1024)
   /** Frames decompressed, hits on decoded chunks, and values that did not decode. */
   decompressed = 0
   reused = 0
@@ -75,12 +84,18 @@ export class StoredChunkDecoder {
     }
     if (stored.length < FRAME_HEADER_BYTES) { this.failed++; return undefined }
     const length = Buffer.from(stored.buffer, stored.byteOffset, stored.length).readUInt32LE(0)
-    const out = Buffer.allocUnsafe(length)
+    const keep = length <= this.#capBytes && this.#seen.delete(key)
+    if (!keep && length <= this.#capBytes) {
+      if (this.#seen.size >= SEEN_MAX) this.#seen.clear()
+      this.#seen.add(key)
+    }
+    if (!keep && length > this.#scratch.length) this.#scratch = Buffer.allocUnsafe(length)
+    const out = keep ? Buffer.allocUnsafe(length) : this.#scratch.subarray(0, length)
     let n: number
     try { n = this.#dctx.decompress(out, stored.subarray(FRAME_HEADER_BYTES)) } catch { this.failed++; return undefined }
     if (n !== length) { this.failed++; return undefined }
     this.decompressed++
-    if (length <= this.#capBytes) {
+    if (keep) {
       this.#decoded.set(key, out)
       this.#decodedBytes += length
       for (const [k, b] of this.#decoded) {
