@@ -25,6 +25,8 @@ export interface LayerEntry {
    * entry is requested. (The implementations next to this file skip
    * content left unread when the next entry is requested, so a consumer may
    * also just move on; breaking out of it early is safe.)
+   * A piece is valid only until the next piece or entry is requested (a
+   * source may read into one reused buffer): copy what you keep.
    */
   body?: AsyncIterable<Uint8Array>
 }
