@@ -9,10 +9,10 @@
  *
  * May import: src/format/, zstd-napi, node built-ins.
  */
-import { createHash } from 'node:crypto'
 import Database from 'better-sqlite3'
 import { Compressor } from 'zstd-napi'
 import { FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
+import { sha256Hex } from '../format/digest.js'
 
 export interface ChunkingParams {
   /** zstd level of chunk frames. */
@@ -83,7 +83,7 @@ export class FileChunker {
         this.#open.delete(file)
       }
       for (const chunk of done) {
-        const digest = createHash('sha256').update(chunk).digest('hex')
+        const digest = sha256Hex(chunk)
         digests.push(digest)
         lengths.push(chunk.length)
         frames.push(this.#isStored?.(digest) === true ? STORED_ELSEWHERE : this.#compressor.compress(chunk))
