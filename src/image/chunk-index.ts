@@ -23,6 +23,7 @@ export class ChunkIndex {
   readonly #insertChunk
   readonly #markSynced
   readonly #isSynced
+  readonly #any
 
   /** `storeUrl` scopes the index: one node may push to several stores. Sync. */
   constructor (db: NodeDb, storeUrl: string) {
@@ -39,12 +40,18 @@ export class ChunkIndex {
     this.#insertChunk = db.prepare('INSERT OR IGNORE INTO chunk_index VALUES (?, ?, ?, ?, ?, ?)')
     this.#markSynced = db.prepare('INSERT OR IGNORE INTO synced_blob_index VALUES (?, ?)')
     this.#isSynced = db.prepare('SELECT 1 FROM synced_blob_index WHERE store = ? AND blob = ?').pluck()
+    this.#any = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? LIMIT 1').pluck()
   }
 
   /** Where the store holds `digest`, or undefined. Sync. */
   lookup (digest: string): IndexedChunk | undefined {
     const row = this.#lookup.get(this.#store, digest) as { blob: string, offset: number, clen: number, len: number } | undefined
     return row === undefined ? undefined : { blob: row.blob, offset: row.offset, compressedLength: row.clen, length: row.len }
+  }
+
+  /** True when no chunk of the store is indexed (after sync(): the store holds none). Sync. */
+  isEmpty (): boolean {
+    return this.#any.get(this.#store) === undefined
   }
 
   /** Record the chunks of a blob that is now durably in the store. Sync, one transaction. */
