@@ -1,6 +1,7 @@
 /**
  * Issue 3's acceptance, on the real Debian python image: a real layerd
- * process, real FUSE mounts, the fs store (and S3 for the outage test).
+ * process, real FUSE mounts, the fs store, and S3 (s3rver) for the full walk
+ * and the outage test.
  */
 import t, { type Test } from 'tap'
 import { spawn } from 'node:child_process'
@@ -47,8 +48,29 @@ async function stats (node: LayerdNode, mountpoint: string): Promise<Record<stri
   return JSON.parse(r.stdout)
 }
 
-t.test('a cold mount serves every file and attribute of the image (full walk)', async t => {
-  const node = await freshNode(t, 'walk')
+/** A real S3 endpoint on loopback holding the python image; stopped at the end of `t`. */
+async function s3WithImage (t: Test, name: string): Promise<{ s3: Awaited<ReturnType<typeof startS3rver>>, url: string, env: NodeJS.ProcessEnv }> {
+  const s3 = await startS3rver(join(work, name))
+  t.teardown(() => s3.stop())
+  const env = { AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId, AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey, LAYERD_S3_ENDPOINT: s3.endpoint }
+  Object.assign(process.env, env)
+  const url = `s3://${s3.bucket}/layerd`
+  const store = openStore(url, { s3Endpoint: s3.endpoint })
+  await pushImage(python.dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
+  await store.close()
+  return { s3, url, env }
+}
+
+for (const backend of ['fs', 's3'] as const) {
+  t.test(`a cold mount serves every file and attribute of the image (full walk, ${backend} store)`, async t => {
+    const node = backend === 'fs'
+      ? await freshNode(t, 'walk')
+      : await (async () => { const { url, env } = await s3WithImage(t, 's3-walk'); return await freshNode(t, 's3-walk-node', url, env) })()
+    await fullWalk(t, node)
+  })
+}
+
+async function fullWalk (t: Test, node: LayerdNode): Promise<void> {
   const mnt = await mount(t, node, 'mnt')
   const got = await snapshotTree(mnt)
   t.same(compareTrees(expectedTree, got, { skip: p => p === '', labels: ['source', 'mount'] }), [], `${got.size} paths equal`)
@@ -56,7 +78,7 @@ t.test('a cold mount serves every file and attribute of the image (full walk)', 
   t.equal(s.corruptChunks, 0)
   t.ok(s.fetchedBytes >= s.storedBytes * 0.9, 'a full walk reads (almost) every chunk once')
   t.ok(s.fetchedBytes <= s.storedBytes * 1.1, `… and no more (${s.fetchedBytes} of ${s.storedBytes})`)
-})
+}
 
 t.test('python3 imports json, sqlite3 and ssl from a cold cache, fetching under 15% of the image', async t => {
   const node = await freshNode(t, 'python')
@@ -132,14 +154,7 @@ t.test('a corrupt chunk in the store gives EIO, is counted and never served', as
 })
 
 t.test('a store that goes away mid-read gives EIO within a bound, and reads resume when it is back', async t => {
-  const s3 = await startS3rver(join(work, 's3'))
-  t.teardown(() => s3.stop())
-  const env = { AWS_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId, AWS_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey, LAYERD_S3_ENDPOINT: s3.endpoint }
-  Object.assign(process.env, env)
-  const url = `s3://${s3.bucket}/layerd`
-  const store = openStore(url, { s3Endpoint: s3.endpoint })
-  await pushImage(python.dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  await store.close()
+  const { s3, url, env } = await s3WithImage(t, 's3')
   const node = await freshNode(t, 's3-outage', url, env)
   const mnt = await mount(t, node, 'mnt')
   t.equal((await run('cat', [join(mnt, 'etc/os-release')], process.env)).code, 0, 'reads work while the store is up')
