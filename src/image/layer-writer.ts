@@ -36,7 +36,8 @@ export interface LayerWriteStats {
 export interface LayerWriterDeps {
   chunking: ChunkingPool
   packer: BlobPacker
-  index: ChunkIndex
+  /** Where the store already holds a chunk (the dedup index; for a store that was empty, nothing). */
+  index: Pick<ChunkIndex, 'lookup'>
   session: PushSession
   /** Called with the plain bytes of file content read so far, at most every few MiB. */
   onProgress?: (plainBytes: number) => void
