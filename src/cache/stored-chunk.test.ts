@@ -53,5 +53,7 @@ t.test('StoredChunkDecoder.decode() reads a damaged value as undefined', async t
   const d = new StoredChunkDecoder()
   t.equal(d.decode('a', stored), undefined)
   t.equal(d.decode('b', Buffer.alloc(2)), undefined, 'too short')
-  t.equal(d.failed, 2)
+  const huge = Buffer.from(stored); huge.writeUInt32LE(0xffffffff, 0)
+  t.equal(d.decode('c', huge), undefined, 'a damaged length over the chunk limit: nothing allocated')
+  t.equal(d.failed, 3)
 })

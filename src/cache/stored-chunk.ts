@@ -15,9 +15,10 @@
  * bytes. A stored frame that no longer decodes (a damaged file) reads as a
  * miss.
  *
- * May import: zstd-napi's binding, node built-ins.
+ * May import: ./chunk-decoder.ts (limits), zstd-napi's binding, node built-ins.
  */
 import zstd from 'zstd-napi/binding.js'
+import { MAX_CHUNK_BYTES } from './chunk-decoder.js'
 
 const FRAME_HEADER_BYTES = 4
 
@@ -84,6 +85,8 @@ export class StoredChunkDecoder {
     }
     if (stored.length < FRAME_HEADER_BYTES) { this.failed++; return undefined }
     const length = Buffer.from(stored.buffer, stored.byteOffset, stored.length).readUInt32LE(0)
+    // A damaged length must not make us allocate: no chunk is larger than the TOC limit.
+    if (length > MAX_CHUNK_BYTES) { this.failed++; return undefined }
     const keep = length <= this.#capBytes && this.#seen.delete(key)
     if (!keep && length <= this.#capBytes) {
       if (this.#seen.size >= SEEN_MAX) this.#seen.clear()
