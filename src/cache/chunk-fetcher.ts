@@ -340,9 +340,10 @@ export class ChunkFetcher {
         sliceStart = performance.now()
       }
       const start = p.ref.offset - range.offset
+      const frame = data.subarray(start, start + p.ref.compressedLength)
       let plain: Buffer
       try {
-        plain = decodeChunk(data.subarray(start, start + p.ref.compressedLength), p.ref, this.#store.url)
+        plain = decodeChunk(frame, p.ref, this.#store.url)
       } catch (err) {
         this.#countCorrupt(p)
         this.#log((err as Error).message)
@@ -356,7 +357,7 @@ export class ChunkFetcher {
       p.resolve(plain)
       // The entry stays in flight until the cache has it, so no reader falls in the gap and fetches again.
       // `plain` is read-only from here on (readers share it): the cache may keep it without a copy.
-      writes.push(this.#cache.put(p.ref.digest, plain, { verified: true, transfer: true, frame: data.subarray(start, start + p.ref.compressedLength) }).catch(err => {
+      writes.push(this.#cache.put(p.ref.digest, plain, { verified: true, transfer: true, frame }).catch(err => {
         this.cacheWriteErrors++
         this.#log(`could not cache ${describeChunk(p.ref, this.#store.url)}: ${(err as Error).message}`)
       }).finally(() => {

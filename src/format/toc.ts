@@ -133,43 +133,43 @@ function decodeEntry (raw: any, i: number, chunks: ChunkLocation[], fail: (why: 
   if (type === undefined) fail(`entry ${i} has unknown type ${JSON.stringify(raw.t)}`)
   if (typeof raw.p !== 'string' || !isNormalizedPathFast(raw.p)) fail(`entry ${i} has an invalid path ${JSON.stringify(raw.p)}`)
   // Built only for a message: JSON.stringify of every path was a third of decoding.
-  const where = { toString: () => `entry ${JSON.stringify(raw.p)}` }
-  if (!isCount(raw.m) || raw.m > MAX_MODE) fail(`${where} has an invalid mode`)
-  if (!isCount(raw.u) || !isCount(raw.g)) fail(`${where} has an invalid uid/gid`)
-  if (!Number.isSafeInteger(raw.mt)) fail(`${where} has an invalid mtime`)
+  const where = (): string => `entry ${JSON.stringify(raw.p)}`
+  if (!isCount(raw.m) || raw.m > MAX_MODE) fail(`${where()} has an invalid mode`)
+  if (!isCount(raw.u) || !isCount(raw.g)) fail(`${where()} has an invalid uid/gid`)
+  if (!Number.isSafeInteger(raw.mt)) fail(`${where()} has an invalid mtime`)
   const size = raw.s ?? 0
-  if (!isCount(size) || (size !== 0 && type !== 'file')) fail(`${where} has an invalid size`)
+  if (!isCount(size) || (size !== 0 && type !== 'file')) fail(`${where()} has an invalid size`)
   const e: TocEntry = { path: raw.p, type: type!, mode: raw.m, uid: raw.u, gid: raw.g, mtime: raw.mt, size }
   if (raw.l !== undefined) {
-    if (typeof raw.l !== 'string' || raw.l.includes('\0') || (type !== 'symlink' && type !== 'hardlink')) fail(`${where} has an invalid link target`)
-    if (type === 'hardlink' && !isNormalizedPath(raw.l)) fail(`${where} has a hardlink target that is not a normalized path`)
+    if (typeof raw.l !== 'string' || raw.l.includes('\0') || (type !== 'symlink' && type !== 'hardlink')) fail(`${where()} has an invalid link target`)
+    if (type === 'hardlink' && !isNormalizedPath(raw.l)) fail(`${where()} has a hardlink target that is not a normalized path`)
     e.target = raw.l
-  } else if (type === 'symlink' || type === 'hardlink') fail(`${where} has no link target`)
+  } else if (type === 'symlink' || type === 'hardlink') fail(`${where()} has no link target`)
   if (raw.dv !== undefined) {
-    if (!Array.isArray(raw.dv) || raw.dv.length !== 2 || !raw.dv.every(isCount)) fail(`${where} has invalid device numbers`)
+    if (!Array.isArray(raw.dv) || raw.dv.length !== 2 || !raw.dv.every(isCount)) fail(`${where()} has invalid device numbers`)
     e.devMajor = raw.dv[0]; e.devMinor = raw.dv[1]
   }
   if (raw.x !== undefined) {
-    if (raw.x === null || typeof raw.x !== 'object' || !Object.values(raw.x).every(v => typeof v === 'string')) fail(`${where} has invalid xattrs`)
+    if (raw.x === null || typeof raw.x !== 'object' || !Object.values(raw.x).every(v => typeof v === 'string')) fail(`${where()} has invalid xattrs`)
     e.xattrs = raw.x
   }
   if (raw.c !== undefined) {
     const c = raw.c
-    if (type !== 'file' || !Array.isArray(c) || c.length % 3 !== 0) fail(`${where} has invalid chunk spans`)
+    if (type !== 'file' || !Array.isArray(c) || c.length % 3 !== 0) fail(`${where()} has invalid chunk spans`)
     const spans: ChunkSpan[] = new Array(c.length / 3)
     let total = 0
     for (let k = 0; k < c.length; k += 3) {
       const chunk = c[k]; const offset = c[k + 1]; const length = c[k + 2]
-      if (!isCount(chunk) || !isCount(offset) || !isCount(length)) fail(`${where} has invalid chunk spans`)
+      if (!isCount(chunk) || !isCount(offset) || !isCount(length)) fail(`${where()} has invalid chunk spans`)
       const loc = chunks[chunk]
-      if (loc === undefined) fail(`${where} names chunk ${chunk}, which does not exist`)
-      if (length === 0 || offset + length > loc!.length) fail(`${where} has a span outside chunk ${chunk}`)
+      if (loc === undefined) fail(`${where()} names chunk ${chunk}, which does not exist`)
+      if (length === 0 || offset + length > loc!.length) fail(`${where()} has a span outside chunk ${chunk}`)
       spans[k / 3] = { chunk, offset, length }
       total += length
     }
-    if (total !== size) fail(`${where} has spans totalling ${total} bytes but a size of ${size}`)
+    if (total !== size) fail(`${where()} has spans totalling ${total} bytes but a size of ${size}`)
     e.spans = spans
-  } else if (size !== 0) fail(`${where} has a size but no content`)
+  } else if (size !== 0) fail(`${where()} has a size but no content`)
   return e
 }
 

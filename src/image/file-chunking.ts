@@ -7,13 +7,12 @@
  * the same FileChunker, which keeps each open file's chunker until its last
  * piece. Output: for every piece, the chunks it completed.
  *
- * May import: src/format/, zstd-napi, node built-ins.
+ * May import: src/format/, src/state/node-db.ts, zstd-napi, node built-ins.
  */
-import type BetterSqlite3 from 'better-sqlite3'
-import { createRequire } from 'node:module'
 import { Compressor } from 'zstd-napi'
 import { FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 import { sha256Hex } from '../format/digest.js'
+import { openSqlite } from '../state/node-db.js'
 
 export interface ChunkingParams {
   /** zstd level of chunk frames. */
@@ -59,9 +58,7 @@ export class FileChunker {
     this.#params = params
     this.#compressor.setParameters({ compressionLevel: params.level })
     if (params.dedup !== undefined) {
-      // Loaded only when there is an index to read: a worker of a first push never needs the addon.
-      const Database = createRequire(import.meta.url)('better-sqlite3') as typeof BetterSqlite3
-      const db = new Database(params.dedup.dbPath, { readonly: true, fileMustExist: true })
+      const db = openSqlite(params.dedup.dbPath, { readonly: true, fileMustExist: true })
       const lookup = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? AND digest = ?').pluck()
       const store = params.dedup.storeUrl
       this.#isStored = digest => lookup.get(store, digest) !== undefined

@@ -26,13 +26,17 @@ export function ensureHomeDir (home: string): void {
 
 export type NodeDb = BetterSqlite3.Database
 
-// Loaded on first use: most layerctl commands (mount, stats, run…) only talk to layerd and never open
-// the database, so they skip loading the native addon.
 const requireCjs = createRequire(import.meta.url)
 let sqlite: typeof BetterSqlite3 | undefined
-function Database (file: string): NodeDb {
+
+/**
+ * Open a better-sqlite3 database, loading the native addon on first use:
+ * most layerctl commands (mount, stats, run…) only talk to layerd, and a
+ * push's workers read the dedup index only when there is one. Sync.
+ */
+export function openSqlite (file: string, options?: BetterSqlite3.Options): NodeDb {
   sqlite ??= requireCjs('better-sqlite3') as typeof BetterSqlite3
-  return new sqlite(file)
+  return new sqlite(file, options)
 }
 
 const BUSY_TIMEOUT_MS = 10_000
@@ -41,7 +45,7 @@ const BUSY_TIMEOUT_MS = 10_000
 export function openNodeDb (home: string): NodeDb {
   ensureHomeDir(home)
   const file = join(home, 'state.db')
-  const db = Database(file)
+  const db = openSqlite(file)
   chmodSync(file, 0o600)
   db.pragma('journal_mode = WAL')
   db.pragma('synchronous = NORMAL')
@@ -51,5 +55,5 @@ export function openNodeDb (home: string): NodeDb {
 
 /** An in-memory database for tests and one-off commands. */
 export function openMemoryNodeDb (): NodeDb {
-  return Database(':memory:')
+  return openSqlite(':memory:')
 }
