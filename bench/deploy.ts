@@ -5,7 +5,8 @@
  *
  *   npm run bench:deploy -- [--containers N] [--images K] [--nodes M] [--concurrency C]
  *                           [--out DIR] [--bandwidth 1g] [--rtt-ms 1]
- *                           [--launcher library|cli] [--sides docker,layerd,layerdS3]
+ *                           [--launcher library|cli] [--task load|read-all]
+ *                           [--sides docker,layerd,layerdS3]
  *                           [--parallel-nodes] [--node-disk-size 32G]
  *
  * The pieces (bench/deploy/): corpus.ts (base + npm releases as task
@@ -27,7 +28,7 @@ import { join, resolve } from 'node:path'
 import { unmountAllUnder } from '../src/runtime/overlay/mount-table.js'
 import { parseSize } from '../src/cli/human-units.js'
 import { arg, flag, fmt, loadAverage, RESULTS_DIR, startLoadSampler, writeReport } from './bench-report.js'
-import { ensureDeployCorpus, TASK_SCRIPT } from './deploy/corpus.js'
+import { ensureDeployCorpus } from './deploy/corpus.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import type { Launcher } from './deploy/layerd-node.js'
 import { type BenchContext, type NodeRun, runDockerNode, runLayerdNode, type SideName } from './deploy/node-runs.js'
@@ -35,6 +36,7 @@ import { NPM_PROJECTS } from './deploy/npm-projects.js'
 import { plotReadiness } from './deploy/plot.js'
 import { placeContainers } from './deploy/schedule.js'
 import { prepareImageSources } from './deploy/stores.js'
+import { type DeployTask, deployTask } from './deploy/tasks.js'
 import { nodesTable, sidesTable, type SideSummary, SIDE_LABELS, summarizeSide } from './deploy/summary.js'
 
 const ALL_SIDES: SideName[] = ['docker', 'layerd', 'layerdS3']
@@ -47,6 +49,7 @@ interface Options {
   out: string
   link: LinkSpec
   launcher: Launcher
+  task: DeployTask
   sides: SideName[]
   parallelNodes: boolean
   diskBytes: number
@@ -75,6 +78,7 @@ function parseOptions (): Options {
     out: resolve(arg('out', RESULTS_DIR)),
     link: { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs },
     launcher,
+    task: deployTask(arg('task', 'load')),
     sides,
     parallelNodes: flag('parallel-nodes'),
     diskBytes
@@ -87,7 +91,7 @@ const mb = (b: number): string => `${fmt(b / 1e6, 1)} MB`
 async function main (): Promise<void> {
   const opt = parseOptions()
   const command = `npm run bench:deploy -- ${process.argv.slice(2).join(' ')}`.trim()
-  log(`${opt.containers} containers, ${opt.images} images, ${opt.nodes} nodes, concurrency ${opt.concurrency}, link ${describeLink(opt.link)}, launcher ${opt.launcher}; load ${loadAverage()}`)
+  log(`${opt.containers} containers, ${opt.images} images, ${opt.nodes} nodes, concurrency ${opt.concurrency}, link ${describeLink(opt.link)}, launcher ${opt.launcher}, task ${opt.task.kind}; load ${loadAverage()}`)
   const corpus = await ensureDeployCorpus(opt.images, log)
   const work = await mkdtemp('/var/tmp/layerd-deploy-')
   await mkdir('/run/layerd-deploy', { recursive: true })
@@ -109,7 +113,7 @@ async function main (): Promise<void> {
   try {
     sources = await prepareImageSources(work, corpus, log)
     const ctx: BenchContext = {
-      work, runRoot, link: opt.link, concurrency: opt.concurrency, launcher: opt.launcher, diskBytes: opt.diskBytes,
+      work, runRoot, link: opt.link, concurrency: opt.concurrency, launcher: opt.launcher, task: opt.task, diskBytes: opt.diskBytes,
       registry: sources.registry, fsStore: sources.fsStore, s3: { port: sources.s3rver.port, store: sources.s3Store },
       fsMetadataBytes: sources.fsMetadataBytes, cleanups, log
     }
@@ -153,7 +157,8 @@ async function main (): Promise<void> {
       sides: opt.sides, nodeDiskBytes: opt.diskBytes, placement: 'node = i mod M; the j-th container of node n runs image (n + j) mod K', cpus: cpus().length, timeToReadyUnit: 's',
       base: 'Debian bookworm minbase + python3 (fixtures python-v1)',
       taskImages: corpus.tasks.map(t => ({ ref: t.ref, files: t.files, projectBytes: t.projectBytes, layerGzipBytes: t.layers.at(-1)!.size })),
-      task: ['python3', '-c', TASK_SCRIPT]
+      task: opt.task.kind,
+      taskCommand: opt.task.command
     }
     const markdown = [
       `${opt.containers} containers (container tier / docker run) from ${opt.images} per-task images on ${opt.nodes} simulated nodes, ` +
@@ -186,8 +191,8 @@ async function main (): Promise<void> {
       `Dedup ratio (Σ Docker layer sizes ÷ layerd store): **${fmt(d.ratio, 1)}x**; against distinct Docker layers ${fmt(d.ratioVsDistinctLayers, 2)}x; ` +
         `project layers alone ${fmt(d.taskLayerRatio, 1)}x. Project trees: ${mb(d.projectPlainBytes)} uncompressed.`,
       '',
-      `Corpus: ${NPM_PROJECTS.map(p => p.name).join(', ')} (successive releases, newest first, round robin); task: python3 walks /work/project, ` +
-        'reads and hashes every file, parses package.json; every output is checked, and equal across sides.',
+      `Corpus: ${NPM_PROJECTS.map(p => p.name).join(', ')} (successive releases, newest first, round robin); task \`${opt.task.kind}\`: ${opt.task.summary}; ` +
+        'every output is checked, and equal across sides.',
       '',
       `Plot: ${png}`
     ].join('\n')

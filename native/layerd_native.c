@@ -1,5 +1,6 @@
 // layerd's native addon: the few system calls Node does not expose
-// (extended attributes without following symlinks, mknod).
+// (extended attributes without following symlinks, mknod), and a FUSE
+// server that speaks the kernel protocol itself (fuse_server.c).
 // Loaded only through src/native.ts, which gives it a typed interface.
 // Every function is synchronous; failures throw an Error carrying Node-style
 // `code` ('ENOENT', ...), `errno`, `syscall` and `path` properties.
@@ -64,7 +65,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 2, &v);
+  napi_create_uint32(env, 3, &v);
   return v;
 }
 
@@ -162,6 +163,8 @@ static napi_value js_mknod(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+void fuse_server_register(napi_env env, napi_value exports);  // fuse_server.c
+
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "version", 0, version, 0, 0, 0, napi_default, 0 },
@@ -171,6 +174,7 @@ static napi_value init(napi_env env, napi_value exports) {
     { "mknod", 0, js_mknod, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  fuse_server_register(env, exports);
   return exports;
 }
 

@@ -1,7 +1,8 @@
 /**
  * Typed loader for layerd's native addon (native/layerd_native.c): the few
  * system calls Node lacks — extended attributes that do not follow symlinks,
- * and mknod for device nodes and fifos.
+ * and mknod for device nodes and fifos — and a FUSE server that speaks the
+ * kernel protocol (native/fuse_server.c, used by src/fs/kernel-fuse.ts).
  *
  * The addon is built by `npm run build` (node-gyp) into
  * native/build/Release/layerd_native.node and loaded lazily, on the first
@@ -22,12 +23,30 @@ import { UnsupportedError } from './errors.js'
 export const XATTR_CREATE = 1
 export const XATTR_REPLACE = 2
 
-interface NativeBinding {
+interface NativeBinding extends Partial<NativeFuseServerBinding> {
   version (): number
   llistxattr (path: string): string[]
   lgetxattr (path: string, name: string): Buffer
   lsetxattr (path: string, name: string, value: Uint8Array, flags: number): void
   mknod (path: string, mode: number, major: number, minor: number): void
+}
+
+/** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
+export type NativeFuseServer = object & { readonly __brand: 'NativeFuseServer' }
+
+export interface NativeFuseServerOptions { entryValidS: number, attrValidS: number, negativeValidS: number, maxPages: number, maxReadahead: number }
+
+/** The FUSE server of the addon; src/fs/kernel-fuse.ts is its only user. */
+export interface NativeFuseServerBinding {
+  /** Mount (mount(2), read-only, nosuid, nodev) and start serving `table`. `onEvent(kind, unique, nodeid, offset, size)`: 1 INIT answered, 2 READ, 3 connection ended. Throws Error with the errno name as `code`. */
+  fuseServerMount (mountpoint: string, fsName: string, mountOptions: string, options: NativeFuseServerOptions, table: Buffer,
+    onEvent: (kind: number, unique: number, nodeid: number, offset: number, size: number) => void): NativeFuseServer
+  fuseServerReply (server: NativeFuseServer, unique: number, data: Buffer, length: number): void
+  /** `errno` positive. */
+  fuseServerReplyError (server: NativeFuseServer, unique: number, errno: number): void
+  /** umount2(MNT_DETACH). */
+  fuseServerUnmount (mountpoint: string): void
+  fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
 }
 
 const ADDON_RELATIVE_PATH = 'native/build/Release/layerd_native.node'
@@ -56,7 +75,14 @@ function load (): NativeBinding {
   return binding
 }
 
-/** Addon interface version (2: xattrs and mknod). Sync. */
+/** The addon's FUSE server. Sync; throws UnsupportedError when the addon is missing or older than version 3. */
+export function nativeFuseServer (): NativeFuseServerBinding {
+  const b = load()
+  if (b.fuseServerMount === undefined) throw new UnsupportedError('layerd native addon has no FUSE server (built before version 3): run `npm run build`')
+  return b as NativeFuseServerBinding
+}
+
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

@@ -6,8 +6,7 @@
  *   base       the Debian bookworm minbase + python3 fixture (python-v1)
  *   task image base + /work/project = one npm release (npm-projects.ts),
  *              one OCI layout per release in images/<package>-<version>/
- *   task       `python3 -c TASK_SCRIPT`: walk the project, read and hash
- *              every file, parse package.json, print a summary line
+ *   task       what a container runs: tasks.ts
  *
  * Reruns with the same or a smaller K need no network. A build holds the
  * corpus lock, and each image is built in a `.building-*` directory and
@@ -20,35 +19,12 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { BUILDING_PREFIX, acquireLock, fixturesDir, removeBuildDir, removeStaleBuilds } from '../../fixtures/fixture-cache.js'
 import { fetchRelease, planReleases, projectVersions, type ProjectRelease } from './npm-projects.js'
-import { type LayerBlob, PROJECT_DIR, projectTree, writeTaskLayout } from './task-image.js'
+import { type LayerBlob, projectTree, writeTaskLayout } from './task-image.js'
 
 /** Bump when the recipe changes (task layer layout, base). */
 export const CORPUS_VERSION = 1
 const LOCK_TIMEOUT_MS = 30 * 60 * 1000
 const FETCH_PARALLEL = 4
-
-/**
- * What every container runs: load the project (package.json) and read and
- * hash every file of its tree, like a test runner collecting sources.
- * Prints `name version files bytes sha256`, so both sides' outputs can be
- * compared for the same image.
- */
-export const TASK_SCRIPT = [
-  'import hashlib, json, os',
-  `root = '/${PROJECT_DIR}'`,
-  'h = hashlib.sha256(); n = 0; size = 0',
-  'for d, dirs, files in os.walk(root):',
-  '    dirs.sort()',
-  '    for f in sorted(files):',
-  '        p = os.path.join(d, f)',
-  '        with open(p, "rb") as fh: b = fh.read()',
-  '        h.update(p.encode()); h.update(b); n += 1; size += len(b)',
-  'pkg = json.load(open(os.path.join(root, "package.json")))',
-  'print(pkg["name"], pkg["version"], n, size, h.hexdigest())'
-].join('\n')
-
-/** The task command, as argv. */
-export const TASK_COMMAND = ['python3', '-c', TASK_SCRIPT]
 
 export interface TaskImage extends ProjectRelease {
   /** `deploy/<package>:<version>`: the name in the layerd store and (below the registry host) in the registry. */
@@ -61,8 +37,6 @@ export interface TaskImage extends ProjectRelease {
   files: number
   /** Bytes of the project's files. */
   projectBytes: number
-  /** The first line the task prints (same on every side), e.g. `typescript 5.4.5 116 32367480 …`. */
-  expectedOutputPrefix: string
 }
 
 export interface DeployCorpus {
@@ -120,8 +94,7 @@ async function ensureTaskImage (dir: string, baseLayout: string, r: ProjectRelea
       manifestDigest: layout.manifestDigest,
       layers: layout.layers,
       files: tree.files,
-      projectBytes: tree.bytes,
-      expectedOutputPrefix: `${r.project} ${r.version} ${tree.files} ${tree.bytes} `
+      projectBytes: tree.bytes
     }
     await writeFile(join(tmp, 'task.json'), JSON.stringify(task, null, 1))
     await rename(tmp, final)

@@ -20,12 +20,12 @@
 import { join } from 'node:path'
 import type { LinkSpec } from './link-model.js'
 import type { TaskImage } from './corpus.js'
-import { TASK_COMMAND } from './corpus.js'
 import { DockerNode, rssSplitOf } from './docker-node.js'
 import { type Launcher, LayerdNode, stopLayerd } from './layerd-node.js'
 import type { LocalRegistry } from './local-registry.js'
 import { NodeDisk } from './node-disk.js'
 import { type ContainerTiming, type Placement, runWithConcurrency } from './schedule.js'
+import type { DeployTask } from './tasks.js'
 import { ThrottleProxy } from './throttle-proxy.js'
 
 export type SideName = 'docker' | 'layerd' | 'layerdS3'
@@ -38,6 +38,8 @@ export interface BenchContext {
   link: LinkSpec
   concurrency: number
   launcher: Launcher
+  /** What every container runs. */
+  task: DeployTask
   diskBytes: number
   registry: LocalRegistry
   fsStore: string
@@ -89,10 +91,11 @@ export interface NodeRun {
 type Deploy = (p: Placement<TaskImage>) => Promise<{ readyMs: number }>
 
 /** Check a task's output and record it per image; throws naming the container when it is wrong. */
-function checkOutput (outputs: Record<string, string>, p: Placement<TaskImage>, side: SideName, exitCode: number, stdout: string): void {
+function checkOutput (ctx: BenchContext, outputs: Record<string, string>, p: Placement<TaskImage>, side: SideName, exitCode: number, stdout: string): void {
   const line = stdout.trim().split('\n')[0] ?? ''
-  if (exitCode !== 0 || !line.startsWith(p.task.expectedOutputPrefix)) {
-    throw new Error(`${side} node ${p.node} container ${p.index} (${p.task.ref}): exit ${exitCode}, output ${JSON.stringify(stdout.slice(0, 300))}; expected "${p.task.expectedOutputPrefix}…"`)
+  const expected = ctx.task.expectedPrefix(p.task)
+  if (exitCode !== 0 || !line.startsWith(expected)) {
+    throw new Error(`${side} node ${p.node} container ${p.index} (${p.task.ref}): exit ${exitCode}, output ${JSON.stringify(stdout.slice(0, 300))}; expected "${expected}…"`)
   }
   const seen = outputs[p.task.ref]
   if (seen !== undefined && seen !== line) throw new Error(`${side} container ${p.index} (${p.task.ref}): output ${line} differs from an earlier run: ${seen}`)
@@ -122,11 +125,11 @@ export async function runDockerNode (ctx: BenchContext, node: number, placements
       if (pull === undefined) { pull = d.pull(ref); pulls.set(ref, pull) }
       await pull
       const name = `deploy-${p.index}`
-      const r = await d.docker('run', '--network', 'none', '--name', name, ref, ...TASK_COMMAND)
+      const r = await d.docker('run', '--network', 'none', '--name', name, ref, ...ctx.task.command)
       const readyMs = performance.now() - t0
       const rm = await d.docker('rm', name)
       if (rm.code !== 0) throw new Error(`docker rm ${name}: ${rm.stderr.trim()}`)
-      checkOutput(outputs, p, 'docker', r.code, r.stdout)
+      checkOutput(ctx, outputs, p, 'docker', r.code, r.stdout)
       return { readyMs }
     }
     const { seconds, timings } = await runWithConcurrency(placements, ctx.concurrency, deploy)
@@ -162,8 +165,8 @@ export async function runLayerdNode (ctx: BenchContext, side: 'layerd' | 'layerd
     await disk.markBaseline()
     const outputs: Record<string, string> = {}
     const deploy: Deploy = async p => {
-      const r = await l.runTask(p.task.ref, TASK_COMMAND)
-      checkOutput(outputs, p, side, r.exitCode, r.stdout)
+      const r = await l.runTask(p.task.ref, ctx.task.command)
+      checkOutput(ctx, outputs, p, side, r.exitCode, r.stdout)
       return { readyMs: r.readyMs }
     }
     const { seconds, timings } = await runWithConcurrency(placements, ctx.concurrency, deploy)

@@ -174,7 +174,9 @@ t.test('a store that goes away mid-read gives EIO within a bound, and reads resu
 t.test('killing layerd fails readers fast; the next daemon cleans the stale mount and serves it again', async t => {
   const node = await freshNode(t, 'killed')
   const mnt = await mount(t, node, 'mnt')
-  const reader = spawn('sh', ['-c', `while :; do cat ${mnt}/usr/lib/x86_64-linux-gnu/libcrypto.so.3 > /dev/null || exit 3; done`])
+  // Each pass drops the file from the page cache (dd iflag=nocache), so every pass reads through the daemon:
+  // pages already cached keep being served after a kill; a read that needs the daemon must fail, not hang.
+  const reader = spawn('sh', ['-c', `while :; do dd if=${mnt}/usr/lib/x86_64-linux-gnu/libcrypto.so.3 of=/dev/null bs=1M iflag=nocache status=none || exit 3; done`])
   const exited = new Promise<number | null>(resolve => reader.on('exit', code => resolve(code)))
   await new Promise(resolve => setTimeout(resolve, 500))
   await node.killDaemon()
@@ -182,8 +184,8 @@ t.test('killing layerd fails readers fast; the next daemon cleans the stale moun
   const code = await Promise.race([exited, new Promise<'hang'>(resolve => setTimeout(() => resolve('hang'), 10_000))])
   if (code === 'hang') reader.kill('SIGKILL')
   t.equal(code, 3, `the reader got an error ${Date.now() - started} ms after the kill`)
-  const stale = await run('ls', [mnt], process.env)
-  t.match(stale.stderr, /Transport endpoint is not connected|Input\/output error/)
+  const stale = await run('stat', ['-f', mnt], process.env)
+  t.match(stale.stderr, /Transport endpoint is not connected|Input\/output error/, 'statfs, which always asks the daemon, fails')
   await node.startDaemon()
   const after = await run('cat', [join(mnt, 'etc/os-release')], process.env)
   t.equal(after.code, 0, 'the restarted daemon cleaned the mountpoint and mounted the image again')

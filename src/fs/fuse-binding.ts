@@ -139,7 +139,16 @@ export interface FuseMountOptions {
   opTimeout?: { defaultMs: number, readMs?: number }
   /** libfuse debug output on stderr. */
   debug?: boolean
+  /**
+   * Who serves the mount: 'kernel' (native/fuse_server.c, kernel-fuse.ts)
+   * or 'fuse-native' (this module). Default: 'kernel' where it can
+   * (kernelFuseUnavailable), else 'fuse-native'; env LAYERD_FUSE_BACKEND
+   * overrides the default.
+   */
+  backend?: FuseBackend
 }
+
+export type FuseBackend = 'kernel' | 'fuse-native'
 
 /** A live mount. */
 export interface FuseMount {
@@ -311,7 +320,7 @@ function unescapeMountPath (s: string): string {
  * its backing device's sysfs entry. Best effort: a read-only sysfs leaves the
  * kernel default (128 KiB), which only costs throughput.
  */
-async function setReadAhead (mountpoint: string, kib: number): Promise<void> {
+export async function setReadAhead (mountpoint: string, kib: number): Promise<void> {
   try {
     const dev = (await stat(mountpoint)).dev
     const major = Math.floor(dev / 256) & 0xfff

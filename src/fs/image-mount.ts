@@ -14,9 +14,10 @@ import { mergeLayers } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
 import { ErrnoBoundary } from './errno-boundary.js'
 import { FileReader, type ChunkReader } from './file-reader.js'
-import { lazyUnmount, mountFuse, mountedFsType, type FuseMountOptions } from './fuse-binding.js'
+import { lazyUnmount, mountFuse, mountedFsType, type FuseBackend, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
 import { createFuseOps } from './fuse-ops.js'
 import { ImageView } from './image-view.js'
+import { kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters } from './kernel-fuse.js'
 
 /** Kernel cache lifetimes for immutable images: a day. */
 export const IMMUTABLE_TIMEOUT_S = 86_400
@@ -74,6 +75,10 @@ export interface ImageMount {
   /** Absolute path of the mount. */
   readonly mountpoint: string
   readonly view: ImageView
+  /** Who serves it (see FuseMountOptions.backend). */
+  readonly backend: FuseBackend
+  /** The kernel backend's request counters; undefined with fuse-native. Sync. */
+  serverCounters: () => KernelFuseCounters | undefined
   /** Counters since mount. Sync. */
   stats: () => ImageMountStats
   /**
@@ -101,12 +106,22 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   const files = new FileReader(tocs, reader)
   const boundary = new ErrnoBoundary({ log, storeName: reader.storeName, mountpoint })
   const fuseOptions = { ...DEFAULT_FUSE_OPTIONS, ...options.fuse }
-  const ops = createFuseOps({ view, files, boundary, kernelReadOnly: fuseOptions.readOnly })
-  const fuse = await mountFuse(mountpoint, ops, fuseOptions)
+  const backend = chooseBackend(fuseOptions)
+  let fuse: FuseMount
+  let serverCounters: () => KernelFuseCounters | undefined = () => undefined
+  if (backend === 'kernel') {
+    const kernel = await mountKernelFuse(mountpoint, { tree, files, boundary }, fuseOptions)
+    serverCounters = kernel.counters
+    fuse = kernel
+  } else {
+    fuse = await mountFuse(mountpoint, createFuseOps({ view, files, boundary, kernelReadOnly: fuseOptions.readOnly }), fuseOptions)
+  }
   const storedBytes = referencedChunkBytes(tocs)
   return {
     mountpoint,
     view,
+    backend,
+    serverCounters,
     stats: () => ({
       fetchedBytes: reader.fetchedBytes(),
       storedBytes,
@@ -118,6 +133,20 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
     }),
     unmount: fuse.unmount
   }
+}
+
+/**
+ * The backend for `options`: the one asked for (option, else env
+ * LAYERD_FUSE_BACKEND), else 'kernel' when it can serve these options.
+ * Throws UsageError for an unknown name, UnsupportedError-free: an
+ * explicit 'kernel' that cannot run fails later, in mountKernelFuse, with
+ * the reason.
+ */
+export function chooseBackend (options: FuseMountOptions): FuseBackend {
+  const asked = options.backend ?? process.env.LAYERD_FUSE_BACKEND
+  if (asked === 'kernel' || asked === 'fuse-native') return asked
+  if (asked !== undefined && asked !== '') throw new UsageError(`FUSE backend ${JSON.stringify(asked)} is not 'kernel' or 'fuse-native' (LAYERD_FUSE_BACKEND)`)
+  return kernelFuseUnavailable(options) === undefined ? 'kernel' : 'fuse-native'
 }
 
 /** Compressed bytes of the distinct chunks the TOCs reference. Sync. */

@@ -31,13 +31,14 @@ import type { MergedInode, MergedNode, MergedTree } from '../format/merge.js'
 import type { EntryType } from '../format/toc.js'
 import type { FuseStat, FuseStatfs } from './fuse-binding.js'
 
-const BLOCK_SIZE = 4096
-const DIR_SIZE = 4096
-const STAT_BLOCK_BYTES = 512
-const MAX_NAME_BYTES = 255
+export const BLOCK_SIZE = 4096
+export const DIR_SIZE = 4096
+export const STAT_BLOCK_BYTES = 512
+export const MAX_NAME_BYTES = 255
 const ST_RDONLY = 1
 
-const TYPE_BITS: Record<EntryType, number> = {
+/** st_mode type bits per TOC entry type (whiteouts and opaque markers never reach a view). */
+export const TYPE_BITS: Record<EntryType, number> = {
   file: fsConstants.S_IFREG,
   hardlink: fsConstants.S_IFREG,
   dir: fsConstants.S_IFDIR,

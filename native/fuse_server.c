@@ -1,0 +1,680 @@
+// A read-only FUSE server that speaks the kernel protocol (/dev/fuse)
+// itself, for layerd's image mounts. Why it exists (src/fs/README.md):
+// through fuse-native (libfuse 2, high-level API) every lookup, getattr,
+// readdir and read costs two thread hand-offs into the JS event loop, and
+// libfuse 2 cannot ask the kernel to cache directory listings or to skip
+// OPEN. Here every metadata op is answered in C, on the server's own
+// threads, from an immutable table that JS builds once per mount
+// (src/fs/kernel-fuse-table.ts documents the format); the kernel is told
+// to skip OPEN/OPENDIR (so files keep their page cache and listings are
+// cached), to use READDIRPLUS, and to send reads of up to max_pages. Only
+// READ goes to JS (chunks come from the cache or the store), as one
+// hand-off: JS writes the reply to /dev/fuse itself.
+//
+// Interface (see src/fs/kernel-fuse.ts):
+//   fuseServerMount(mountpoint, fsName, mountFlags, options, table, onEvent) -> server
+//     onEvent(kind, unique, nodeid, offset, size): kind 1 = INIT answered,
+//     2 = READ request, 3 = the connection ended (unmounted, aborted).
+//   fuseServerReply(server, unique, buffer, length)   READ data
+//   fuseServerReplyError(server, unique, errno)       READ failed (errno > 0)
+//   fuseServerUnmount(mountpoint)                     umount2(MNT_DETACH)
+//   fuseServerCounters(server) -> { requests, reads, ... }
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <node_api.h>
+
+#define TABLE_MAGIC 0x5446444cu  // "LDFT"
+#define TABLE_VERSION 1
+#define SERVER_THREADS 2
+#define READ_BUFFER_BYTES (1024 * 1024 + 8192)
+#define EVENT_INIT 1
+#define EVENT_READ 2
+#define EVENT_CLOSED 3
+
+// The table (little-endian, written by kernel-fuse-table.ts).
+typedef struct {
+  uint32_t magic, version, node_count, dirent_count, xattr_count, strings_bytes, flags, pad;
+  uint64_t statfs_blocks, statfs_files;
+} table_header;
+
+typedef struct {
+  uint64_t ino, size, blocks;
+  int64_t mtime;
+  uint32_t mode, nlink, uid, gid, rdev, parent, first, count, xattr_first, xattr_count;
+} table_node;  // 72 bytes
+
+typedef struct {
+  uint32_t nodeid, name_offset;
+  uint16_t name_len;
+  uint8_t dtype, pad;
+} table_dirent;  // 12 bytes
+
+typedef struct {
+  uint32_t name_offset, name_len, value_offset, value_len;
+} table_xattr;
+
+#define TABLE_HAS_XATTRS 1u
+
+typedef struct {
+  uint64_t entry_valid_s, attr_valid_s, negative_valid_s;
+  uint32_t max_pages, max_readahead;
+} server_options;
+
+typedef struct server {
+  int fd;
+  char *table_bytes;
+  const table_header *h;
+  const table_node *nodes;
+  const table_dirent *dirents;
+  const table_xattr *xattrs;
+  const char *strings;
+  server_options opt;
+  napi_threadsafe_function events;
+  pthread_t threads[SERVER_THREADS];
+  atomic_int running_threads;
+  atomic_int closed_sent;
+  atomic_uint_fast64_t requests, reads, lookups, readdirs, opens, replies_failed;
+} server;
+
+typedef struct {
+  int kind;
+  uint64_t unique, nodeid, offset;
+  uint32_t size;
+} event;
+
+// ---- table --------------------------------------------------------------
+
+static const char *table_check(server *s, size_t len) {
+  if (len < sizeof(table_header)) return "table shorter than its header";
+  const table_header *h = (const table_header *)s->table_bytes;
+  if (h->magic != TABLE_MAGIC || h->version != TABLE_VERSION) return "table magic or version mismatch";
+  uint64_t need = sizeof(table_header) + (uint64_t)(h->node_count + 1) * sizeof(table_node) +
+                  (uint64_t)h->dirent_count * sizeof(table_dirent) + (uint64_t)h->xattr_count * sizeof(table_xattr) + h->strings_bytes;
+  if (need != len) return "table length does not match its header";
+  if (h->node_count < 1) return "table has no root";
+  s->h = h;
+  s->nodes = (const table_node *)(s->table_bytes + sizeof(table_header));
+  s->dirents = (const table_dirent *)(s->nodes + h->node_count + 1);
+  s->xattrs = (const table_xattr *)(s->dirents + h->dirent_count);
+  s->strings = (const char *)(s->xattrs + h->xattr_count);
+  for (uint32_t i = 1; i <= h->node_count; i++) {
+    const table_node *n = &s->nodes[i];
+    if ((n->mode & S_IFMT) == S_IFDIR) {
+      if ((uint64_t)n->first + n->count > h->dirent_count || n->parent < 1 || n->parent > h->node_count) return "directory entries out of range";
+    } else if ((n->mode & S_IFMT) == S_IFLNK) {
+      if ((uint64_t)n->first + n->count > h->strings_bytes) return "symlink target out of range";
+    }
+    if ((uint64_t)n->xattr_first + n->xattr_count > h->xattr_count) return "xattrs out of range";
+  }
+  for (uint32_t i = 0; i < h->dirent_count; i++) {
+    const table_dirent *d = &s->dirents[i];
+    if (d->nodeid < 1 || d->nodeid > h->node_count || (uint64_t)d->name_offset + d->name_len > h->strings_bytes) return "directory entry out of range";
+  }
+  for (uint32_t i = 0; i < h->xattr_count; i++) {
+    const table_xattr *x = &s->xattrs[i];
+    if ((uint64_t)x->name_offset + x->name_len > h->strings_bytes || (uint64_t)x->value_offset + x->value_len > h->strings_bytes) return "xattr out of range";
+  }
+  return NULL;
+}
+
+static const table_node *node_of(server *s, uint64_t nodeid) {
+  return nodeid >= 1 && nodeid <= s->h->node_count ? &s->nodes[nodeid] : NULL;
+}
+
+// Byte order, shorter first on a common prefix: the order JS sorts names in (Buffer.compare).
+static int name_cmp(const char *a, size_t alen, const char *b, size_t blen) {
+  int c = memcmp(a, b, alen < blen ? alen : blen);
+  if (c != 0) return c;
+  return alen < blen ? -1 : alen > blen ? 1 : 0;
+}
+
+static const table_dirent *dir_find(server *s, const table_node *dir, const char *name, size_t len) {
+  uint32_t lo = dir->first, hi = dir->first + dir->count;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    const table_dirent *d = &s->dirents[mid];
+    int c = name_cmp(s->strings + d->name_offset, d->name_len, name, len);
+    if (c == 0) return d;
+    if (c < 0) lo = mid + 1; else hi = mid;
+  }
+  return NULL;
+}
+
+static void fill_attr(const table_node *n, struct fuse_attr *a) {
+  memset(a, 0, sizeof *a);
+  a->ino = n->ino;
+  a->size = n->size;
+  a->blocks = n->blocks;
+  a->atime = a->mtime = a->ctime = (uint64_t)n->mtime;
+  a->mode = n->mode;
+  a->nlink = n->nlink;
+  a->uid = n->uid;
+  a->gid = n->gid;
+  a->rdev = n->rdev;
+  a->blksize = 4096;
+}
+
+static void fill_entry(server *s, uint64_t nodeid, const table_node *n, struct fuse_entry_out *e) {
+  memset(e, 0, sizeof *e);
+  e->nodeid = nodeid;
+  e->entry_valid = s->opt.entry_valid_s;
+  e->attr_valid = s->opt.attr_valid_s;
+  fill_attr(n, &e->attr);
+}
+
+// ---- replies ------------------------------------------------------------
+
+static void reply_iov(server *s, uint64_t unique, int error, struct iovec *iov, int count) {
+  struct fuse_out_header out = { .len = sizeof out, .error = error, .unique = unique };
+  struct iovec all[4];
+  all[0].iov_base = &out;
+  all[0].iov_len = sizeof out;
+  for (int i = 0; i < count && i < 3; i++) { all[i + 1] = iov[i]; out.len += iov[i].iov_len; }
+  if (writev(s->fd, all, count + 1) < 0) {
+    // ENOENT: the request was interrupted meanwhile. Anything else: the connection is going away.
+    atomic_fetch_add(&s->replies_failed, 1);
+  }
+}
+
+static void reply_err(server *s, uint64_t unique, int err) { reply_iov(s, unique, -err, NULL, 0); }
+
+static void reply_data(server *s, uint64_t unique, const void *data, size_t len) {
+  struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
+  reply_iov(s, unique, 0, &iov, len > 0 ? 1 : 0);
+}
+
+// ---- ops ----------------------------------------------------------------
+
+static void post_event(server *s, int kind, uint64_t unique, uint64_t nodeid, uint64_t offset, uint32_t size) {
+  event *ev = malloc(sizeof *ev);
+  if (ev == NULL) { if (kind == EVENT_READ) reply_err(s, unique, ENOMEM); return; }
+  *ev = (event){ .kind = kind, .unique = unique, .nodeid = nodeid, .offset = offset, .size = size };
+  if (napi_call_threadsafe_function(s->events, ev, napi_tsfn_nonblocking) != napi_ok) {
+    free(ev);
+    if (kind == EVENT_READ) reply_err(s, unique, EIO);
+  }
+}
+
+static void op_init(server *s, struct fuse_in_header *in, const struct fuse_init_in *arg) {
+  struct fuse_init_out out;
+  memset(&out, 0, sizeof out);
+  out.major = FUSE_KERNEL_VERSION;
+  out.minor = FUSE_KERNEL_MINOR_VERSION;
+  if (arg->major < 7 || (arg->major == 7 && arg->minor < 31)) { reply_err(s, in->unique, EPROTO); return; }
+  if (arg->major > 7) { reply_data(s, in->unique, &out, sizeof out); return; }  // the kernel answers with a new INIT
+  uint32_t want = FUSE_ASYNC_READ | FUSE_DO_READDIRPLUS | FUSE_PARALLEL_DIROPS | FUSE_MAX_PAGES |
+                  FUSE_CACHE_SYMLINKS | FUSE_NO_OPEN_SUPPORT | FUSE_NO_OPENDIR_SUPPORT;
+  out.flags = arg->flags & want;
+  out.max_readahead = arg->max_readahead < s->opt.max_readahead ? arg->max_readahead : s->opt.max_readahead;
+  out.max_background = 64;
+  out.congestion_threshold = 48;
+  out.max_write = 4096;
+  out.time_gran = 1000000000;  // whole seconds
+  out.max_pages = (uint16_t)s->opt.max_pages;
+  reply_data(s, in->unique, &out, sizeof out);
+  post_event(s, EVENT_INIT, 0, 0, 0, 0);
+}
+
+static void op_lookup(server *s, struct fuse_in_header *in, const char *name, size_t avail) {
+  atomic_fetch_add(&s->lookups, 1);
+  const table_node *dir = node_of(s, in->nodeid);
+  size_t len = strnlen(name, avail);
+  if (dir == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  if ((dir->mode & S_IFMT) != S_IFDIR) { reply_err(s, in->unique, ENOTDIR); return; }
+  struct fuse_entry_out e;
+  const table_dirent *d = len == avail ? NULL : dir_find(s, dir, name, len);
+  if (d == NULL) {
+    // A negative entry the kernel may cache: nodeid 0.
+    memset(&e, 0, sizeof e);
+    e.entry_valid = s->opt.negative_valid_s;
+    if (s->opt.negative_valid_s == 0) { reply_err(s, in->unique, ENOENT); return; }
+    reply_data(s, in->unique, &e, sizeof e);
+    return;
+  }
+  fill_entry(s, d->nodeid, &s->nodes[d->nodeid], &e);
+  reply_data(s, in->unique, &e, sizeof e);
+}
+
+static void op_getattr(server *s, struct fuse_in_header *in) {
+  const table_node *n = node_of(s, in->nodeid);
+  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  struct fuse_attr_out out;
+  memset(&out, 0, sizeof out);
+  out.attr_valid = s->opt.attr_valid_s;
+  fill_attr(n, &out.attr);
+  reply_data(s, in->unique, &out, sizeof out);
+}
+
+static void op_readlink(server *s, struct fuse_in_header *in) {
+  const table_node *n = node_of(s, in->nodeid);
+  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  if ((n->mode & S_IFMT) != S_IFLNK) { reply_err(s, in->unique, EINVAL); return; }
+  reply_data(s, in->unique, s->strings + n->first, n->count);
+}
+
+// READDIR and READDIRPLUS: offset 0 is ".", 1 is "..", k + 2 the k-th child; each entry's off is the next one's.
+static void op_readdir(server *s, struct fuse_in_header *in, const struct fuse_read_in *arg, int plus) {
+  atomic_fetch_add(&s->readdirs, 1);
+  const table_node *dir = node_of(s, in->nodeid);
+  if (dir == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  if ((dir->mode & S_IFMT) != S_IFDIR) { reply_err(s, in->unique, ENOTDIR); return; }
+  size_t cap = arg->size < READ_BUFFER_BYTES ? arg->size : READ_BUFFER_BYTES;
+  char *out = malloc(cap > 0 ? cap : 1);
+  if (out == NULL) { reply_err(s, in->unique, ENOMEM); return; }
+  size_t used = 0;
+  uint64_t total = (uint64_t)dir->count + 2;
+  for (uint64_t i = arg->offset; i < total; i++) {
+    const char *name;
+    size_t len;
+    uint64_t nodeid;
+    uint32_t dtype;
+    if (i < 2) {
+      name = i == 0 ? "." : "..";
+      len = i + 1;
+      nodeid = i == 0 ? in->nodeid : dir->parent;
+      dtype = DT_DIR;
+    } else {
+      const table_dirent *d = &s->dirents[dir->first + (i - 2)];
+      name = s->strings + d->name_offset;
+      len = d->name_len;
+      nodeid = d->nodeid;
+      dtype = d->dtype;
+    }
+    const table_node *n = &s->nodes[nodeid];
+    size_t head = plus ? FUSE_NAME_OFFSET_DIRENTPLUS : FUSE_NAME_OFFSET;
+    size_t rec = FUSE_DIRENT_ALIGN(head + len);
+    if (used + rec > cap) break;
+    memset(out + used, 0, rec);
+    struct fuse_dirent *de;
+    if (plus) {
+      struct fuse_direntplus *dp = (struct fuse_direntplus *)(out + used);
+      // "." and "..": the kernel lists them but never links them; no entry.
+      if (i >= 2) fill_entry(s, nodeid, n, &dp->entry_out);
+      de = &dp->dirent;
+    } else {
+      de = (struct fuse_dirent *)(out + used);
+    }
+    de->ino = n->ino;
+    de->off = i + 1;
+    de->namelen = (uint32_t)len;
+    de->type = dtype;
+    memcpy(de->name, name, len);
+    used += rec;
+  }
+  reply_data(s, in->unique, out, used);
+  free(out);
+}
+
+static void op_statfs(server *s, struct fuse_in_header *in) {
+  struct fuse_statfs_out out;
+  memset(&out, 0, sizeof out);
+  out.st.blocks = s->h->statfs_blocks;
+  out.st.files = s->h->statfs_files;
+  out.st.bsize = 4096;
+  out.st.frsize = 4096;
+  out.st.namelen = 255;
+  reply_data(s, in->unique, &out, sizeof out);
+}
+
+static void op_getxattr(server *s, struct fuse_in_header *in, const struct fuse_getxattr_in *arg, const char *name, size_t avail) {
+  if ((s->h->flags & TABLE_HAS_XATTRS) == 0) { reply_err(s, in->unique, ENOSYS); return; }
+  const table_node *n = node_of(s, in->nodeid);
+  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  size_t len = strnlen(name, avail);
+  for (uint32_t i = n->xattr_first; i < n->xattr_first + n->xattr_count && len < avail; i++) {
+    const table_xattr *x = &s->xattrs[i];
+    if (x->name_len != len || memcmp(s->strings + x->name_offset, name, len) != 0) continue;
+    if (arg->size == 0) {
+      struct fuse_getxattr_out out = { .size = x->value_len };
+      reply_data(s, in->unique, &out, sizeof out);
+    } else if (arg->size < x->value_len) {
+      reply_err(s, in->unique, ERANGE);
+    } else {
+      reply_data(s, in->unique, s->strings + x->value_offset, x->value_len);
+    }
+    return;
+  }
+  reply_err(s, in->unique, ENODATA);
+}
+
+static void op_listxattr(server *s, struct fuse_in_header *in, const struct fuse_getxattr_in *arg) {
+  if ((s->h->flags & TABLE_HAS_XATTRS) == 0) { reply_err(s, in->unique, ENOSYS); return; }
+  const table_node *n = node_of(s, in->nodeid);
+  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  size_t total = 0;
+  for (uint32_t i = n->xattr_first; i < n->xattr_first + n->xattr_count; i++) total += s->xattrs[i].name_len + 1;
+  if (arg->size == 0) {
+    struct fuse_getxattr_out out = { .size = (uint32_t)total };
+    reply_data(s, in->unique, &out, sizeof out);
+    return;
+  }
+  if (arg->size < total) { reply_err(s, in->unique, ERANGE); return; }
+  char *out = malloc(total > 0 ? total : 1);
+  if (out == NULL) { reply_err(s, in->unique, ENOMEM); return; }
+  size_t at = 0;
+  for (uint32_t i = n->xattr_first; i < n->xattr_first + n->xattr_count; i++) {
+    const table_xattr *x = &s->xattrs[i];
+    memcpy(out + at, s->strings + x->name_offset, x->name_len);
+    at += x->name_len;
+    out[at++] = 0;
+  }
+  reply_data(s, in->unique, out, at);
+  free(out);
+}
+
+static void op_read(server *s, struct fuse_in_header *in, const struct fuse_read_in *arg) {
+  atomic_fetch_add(&s->reads, 1);
+  const table_node *n = node_of(s, in->nodeid);
+  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  if ((n->mode & S_IFMT) == S_IFDIR) { reply_err(s, in->unique, EISDIR); return; }
+  if ((n->mode & S_IFMT) != S_IFREG) { reply_err(s, in->unique, EINVAL); return; }
+  if (arg->offset >= n->size || arg->size == 0) { reply_data(s, in->unique, NULL, 0); return; }
+  uint64_t left = n->size - arg->offset;
+  uint32_t size = left < arg->size ? (uint32_t)left : arg->size;
+  post_event(s, EVENT_READ, in->unique, in->nodeid, arg->offset, size);
+}
+
+static void dispatch(server *s, char *buf, size_t n) {
+  if (n < sizeof(struct fuse_in_header)) return;
+  struct fuse_in_header *in = (struct fuse_in_header *)buf;
+  char *arg = buf + sizeof *in;
+  size_t avail = n - sizeof *in;
+  atomic_fetch_add(&s->requests, 1);
+  switch (in->opcode) {
+    case FUSE_INIT:
+      if (avail < 16) { reply_err(s, in->unique, EINVAL); return; }
+      {
+        struct fuse_init_in init;
+        memset(&init, 0, sizeof init);
+        memcpy(&init, arg, avail < sizeof init ? avail : sizeof init);
+        op_init(s, in, &init);
+      }
+      return;
+    case FUSE_LOOKUP: op_lookup(s, in, arg, avail); return;
+    case FUSE_FORGET: case FUSE_BATCH_FORGET: return;  // the table is immutable: nothing to free, no reply
+    case FUSE_GETATTR: op_getattr(s, in); return;
+    case FUSE_READLINK: op_readlink(s, in); return;
+    case FUSE_OPEN: case FUSE_OPENDIR:
+      // ENOSYS: the kernel stops sending OPEN/OPENDIR, keeps the page cache and caches listings.
+      atomic_fetch_add(&s->opens, 1);
+      reply_err(s, in->unique, ENOSYS);
+      return;
+    case FUSE_READ:
+      if (avail < sizeof(struct fuse_read_in)) { reply_err(s, in->unique, EINVAL); return; }
+      op_read(s, in, (const struct fuse_read_in *)arg);
+      return;
+    case FUSE_READDIR: case FUSE_READDIRPLUS:
+      if (avail < sizeof(struct fuse_read_in)) { reply_err(s, in->unique, EINVAL); return; }
+      op_readdir(s, in, (const struct fuse_read_in *)arg, in->opcode == FUSE_READDIRPLUS);
+      return;
+    case FUSE_RELEASE: case FUSE_RELEASEDIR: reply_err(s, in->unique, 0); return;
+    case FUSE_STATFS: op_statfs(s, in); return;
+    case FUSE_GETXATTR:
+      if (avail < sizeof(struct fuse_getxattr_in)) { reply_err(s, in->unique, EINVAL); return; }
+      op_getxattr(s, in, (const struct fuse_getxattr_in *)arg, arg + sizeof(struct fuse_getxattr_in), avail - sizeof(struct fuse_getxattr_in));
+      return;
+    case FUSE_LISTXATTR:
+      if (avail < sizeof(struct fuse_getxattr_in)) { reply_err(s, in->unique, EINVAL); return; }
+      op_listxattr(s, in, (const struct fuse_getxattr_in *)arg);
+      return;
+    case FUSE_INTERRUPT: return;  // reads answer soon anyway; a late reply is dropped by the kernel
+    case FUSE_DESTROY: reply_err(s, in->unique, 0); return;
+    case FUSE_ACCESS: case FUSE_FLUSH: case FUSE_GETLK: case FUSE_SETLK: case FUSE_SETLKW:
+    case FUSE_IOCTL: case FUSE_POLL: case FUSE_LSEEK: case FUSE_BMAP: case FUSE_FSYNC: case FUSE_FSYNCDIR:
+      reply_err(s, in->unique, ENOSYS);
+      return;
+    case FUSE_SETATTR: case FUSE_MKNOD: case FUSE_MKDIR: case FUSE_UNLINK: case FUSE_RMDIR: case FUSE_RENAME:
+    case FUSE_RENAME2: case FUSE_LINK: case FUSE_SYMLINK: case FUSE_WRITE: case FUSE_CREATE: case FUSE_SETXATTR:
+    case FUSE_REMOVEXATTR: case FUSE_FALLOCATE: case FUSE_COPY_FILE_RANGE:
+      // The mount is read-only in the kernel, so these are refused before they get here; answer alike if one does.
+      reply_err(s, in->unique, EROFS);
+      return;
+    default:
+      // Newer ops (STATX, ...): ENOSYS makes the kernel fall back to the ones above, and stop asking.
+      reply_err(s, in->unique, ENOSYS);
+      return;
+  }
+}
+
+static void *serve(void *arg) {
+  server *s = arg;
+  char *buf = malloc(READ_BUFFER_BYTES);
+  while (buf != NULL) {
+    ssize_t n = read(s->fd, buf, READ_BUFFER_BYTES);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == ENOENT) continue;
+      break;  // ENODEV: unmounted and every file closed, or the connection was aborted
+    }
+    dispatch(s, buf, (size_t)n);
+  }
+  free(buf);
+  if (atomic_fetch_sub(&s->running_threads, 1) == 1 && atomic_exchange(&s->closed_sent, 1) == 0) {
+    post_event(s, EVENT_CLOSED, 0, 0, 0, 0);
+    napi_release_threadsafe_function(s->events, napi_tsfn_release);
+  }
+  return NULL;
+}
+
+// ---- JS interface -------------------------------------------------------
+
+static napi_value throw_msg(napi_env env, const char *code, const char *msg) {
+  napi_throw_error(env, code, msg);
+  return NULL;
+}
+
+static void call_js(napi_env env, napi_value fn, void *context, void *data) {
+  (void)context;
+  event *ev = data;
+  if (env != NULL && fn != NULL) {
+    napi_value argv[5], undefined;
+    napi_create_int32(env, ev->kind, &argv[0]);
+    napi_create_double(env, (double)ev->unique, &argv[1]);
+    napi_create_double(env, (double)ev->nodeid, &argv[2]);
+    napi_create_double(env, (double)ev->offset, &argv[3]);
+    napi_create_uint32(env, ev->size, &argv[4]);
+    napi_get_undefined(env, &undefined);
+    napi_call_function(env, undefined, fn, 5, argv, NULL);
+  }
+  free(ev);
+}
+
+static void finalize_server(napi_env env, void *data, void *hint) {
+  (void)env; (void)hint;
+  server *s = data;
+  // Only freed once no thread runs: a server still serving keeps its handle referenced from JS.
+  if (atomic_load(&s->running_threads) == 0) {
+    free(s->table_bytes);
+    if (s->fd >= 0) close(s->fd);
+    free(s);
+  }
+}
+
+static int get_u64_prop(napi_env env, napi_value obj, const char *name, uint64_t *out) {
+  napi_value v;
+  double d;
+  if (napi_get_named_property(env, obj, name, &v) != napi_ok || napi_get_value_double(env, v, &d) != napi_ok || d < 0) return 0;
+  *out = (uint64_t)d;
+  return 1;
+}
+
+// fuseServerMount(mountpoint, fsName, mountOptions: string, options: {entryValidS, attrValidS, negativeValidS, maxPages, maxReadahead}, table: Buffer, onEvent)
+static napi_value js_mount(napi_env env, napi_callback_info info) {
+  size_t argc = 6;
+  napi_value argv[6];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 6) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerMount needs 6 arguments");
+  char mountpoint[4096], fsname[256], mount_opts[1024];
+  size_t len;
+  if (napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len) != napi_ok || len + 1 >= sizeof mountpoint) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mountpoint must be a string");
+  if (napi_get_value_string_utf8(env, argv[1], fsname, sizeof fsname, &len) != napi_ok || len + 1 >= sizeof fsname) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fsName must be a string");
+  if (napi_get_value_string_utf8(env, argv[2], mount_opts, sizeof mount_opts, &len) != napi_ok || len + 1 >= sizeof mount_opts) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mount options must be a string");
+  server_options opt;
+  uint64_t max_pages, max_readahead;
+  if (!get_u64_prop(env, argv[3], "entryValidS", &opt.entry_valid_s) || !get_u64_prop(env, argv[3], "attrValidS", &opt.attr_valid_s) ||
+      !get_u64_prop(env, argv[3], "negativeValidS", &opt.negative_valid_s) || !get_u64_prop(env, argv[3], "maxPages", &max_pages) ||
+      !get_u64_prop(env, argv[3], "maxReadahead", &max_readahead) || max_pages < 1 || max_pages > 256) {
+    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "options: entryValidS, attrValidS, negativeValidS, maxPages (1-256), maxReadahead");
+  }
+  opt.max_pages = (uint32_t)max_pages;
+  opt.max_readahead = (uint32_t)max_readahead;
+  void *data;
+  size_t table_len;
+  if (napi_get_buffer_info(env, argv[4], &data, &table_len) != napi_ok) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "table must be a Buffer");
+
+  server *s = calloc(1, sizeof *s);
+  if (s == NULL) return throw_msg(env, "ENOMEM", "out of memory");
+  s->fd = -1;
+  s->opt = opt;
+  s->table_bytes = malloc(table_len > 0 ? table_len : 1);
+  if (s->table_bytes == NULL) { free(s); return throw_msg(env, "ENOMEM", "out of memory"); }
+  memcpy(s->table_bytes, data, table_len);
+  const char *bad = table_check(s, table_len);
+  if (bad != NULL) { free(s->table_bytes); free(s); return throw_msg(env, "EINVAL", bad); }
+
+  s->fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (s->fd < 0) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "cannot open /dev/fuse: %s", strerror(errno));
+    free(s->table_bytes); free(s);
+    return throw_msg(env, strerrorname_np(errno), msg);
+  }
+  char data_opts[1200], type[300];
+  snprintf(data_opts, sizeof data_opts, "fd=%d,rootmode=40000,user_id=%u,group_id=%u%s%s", s->fd, getuid(), getgid(), mount_opts[0] != 0 ? "," : "", mount_opts);
+  snprintf(type, sizeof type, "fuse.%s", fsname);
+  if (mount(fsname, mountpoint, type, MS_RDONLY | MS_NOSUID | MS_NODEV, data_opts) != 0) {
+    int err = errno;
+    char msg[8800];
+    snprintf(msg, sizeof msg, "mount %s at %s: %s", type, mountpoint, strerror(err));
+    close(s->fd); free(s->table_bytes); free(s);
+    return throw_msg(env, strerrorname_np(err), msg);
+  }
+  napi_value name;
+  napi_create_string_utf8(env, "layerd-fuse-server", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_threadsafe_function(env, argv[5], NULL, name, 0, 1, NULL, NULL, NULL, call_js, &s->events) != napi_ok) {
+    umount2(mountpoint, MNT_DETACH);
+    close(s->fd); free(s->table_bytes); free(s);
+    return throw_msg(env, "EIO", "cannot create the event channel");
+  }
+  // The mount does not hold the event loop open (as with fuse-native); the daemon's own server does.
+  napi_unref_threadsafe_function(env, s->events);
+  atomic_store(&s->running_threads, SERVER_THREADS);
+  for (int i = 0; i < SERVER_THREADS; i++) {
+    if (pthread_create(&s->threads[i], NULL, serve, s) != 0) {
+      atomic_fetch_sub(&s->running_threads, 1);
+      continue;
+    }
+    pthread_detach(s->threads[i]);
+  }
+  if (atomic_load(&s->running_threads) == 0) {
+    umount2(mountpoint, MNT_DETACH);
+    napi_release_threadsafe_function(s->events, napi_tsfn_release);
+    return throw_msg(env, "EAGAIN", "cannot start the FUSE server threads");
+  }
+  napi_value handle;
+  napi_create_external(env, s, finalize_server, NULL, &handle);
+  return handle;
+}
+
+static server *get_server(napi_env env, napi_value v) {
+  void *p = NULL;
+  if (napi_get_value_external(env, v, &p) != napi_ok) return NULL;
+  return p;
+}
+
+// fuseServerReply(server, unique, buffer, length)
+static napi_value js_reply(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  server *s = argc == 4 ? get_server(env, argv[0]) : NULL;
+  double unique;
+  uint32_t length;
+  void *data;
+  size_t cap;
+  if (s == NULL || napi_get_value_double(env, argv[1], &unique) != napi_ok || napi_get_buffer_info(env, argv[2], &data, &cap) != napi_ok ||
+      napi_get_value_uint32(env, argv[3], &length) != napi_ok || length > cap) {
+    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReply(server, unique, buffer, length <= buffer.length)");
+  }
+  reply_data(s, (uint64_t)unique, data, length);
+  return NULL;
+}
+
+// fuseServerReplyError(server, unique, errno > 0)
+static napi_value js_reply_error(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  server *s = argc == 3 ? get_server(env, argv[0]) : NULL;
+  double unique;
+  int32_t err;
+  if (s == NULL || napi_get_value_double(env, argv[1], &unique) != napi_ok || napi_get_value_int32(env, argv[2], &err) != napi_ok || err <= 0) {
+    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReplyError(server, unique, errno > 0)");
+  }
+  reply_err(s, (uint64_t)unique, err);
+  return NULL;
+}
+
+// fuseServerUnmount(mountpoint): lazy detach; open files keep working, the server ends when they close.
+static napi_value js_unmount(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  char mountpoint[4096];
+  size_t len;
+  if (argc < 1 || napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len) != napi_ok || len + 1 >= sizeof mountpoint) {
+    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mountpoint must be a string");
+  }
+  if (umount2(mountpoint, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
+    char msg[4400];
+    snprintf(msg, sizeof msg, "umount %s: %s", mountpoint, strerror(errno));
+    return throw_msg(env, strerrorname_np(errno), msg);
+  }
+  return NULL;
+}
+
+static void set_count(napi_env env, napi_value obj, const char *name, uint64_t v) {
+  napi_value n;
+  napi_create_double(env, (double)v, &n);
+  napi_set_named_property(env, obj, name, n);
+}
+
+// fuseServerCounters(server) -> { requests, lookups, readdirs, opens, reads, repliesFailed }
+static napi_value js_counters(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], obj;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
+  if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerCounters(server)");
+  napi_create_object(env, &obj);
+  set_count(env, obj, "requests", atomic_load(&s->requests));
+  set_count(env, obj, "lookups", atomic_load(&s->lookups));
+  set_count(env, obj, "readdirs", atomic_load(&s->readdirs));
+  set_count(env, obj, "opens", atomic_load(&s->opens));
+  set_count(env, obj, "reads", atomic_load(&s->reads));
+  set_count(env, obj, "repliesFailed", atomic_load(&s->replies_failed));
+  return obj;
+}
+
+void fuse_server_register(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+    { "fuseServerMount", 0, js_mount, 0, 0, 0, napi_default, 0 },
+    { "fuseServerReply", 0, js_reply, 0, 0, 0, napi_default, 0 },
+    { "fuseServerReplyError", 0, js_reply_error, 0, 0, 0, napi_default, 0 },
+    { "fuseServerUnmount", 0, js_unmount, 0, 0, 0, napi_default, 0 },
+    { "fuseServerCounters", 0, js_counters, 0, 0, 0, napi_default, 0 },
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+}

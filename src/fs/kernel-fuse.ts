@@ -1,0 +1,166 @@
+/**
+ * The kernel-protocol FUSE backend: native/fuse_server.c serves the mount
+ * from a metadata table (kernel-fuse-table.ts) on its own threads, and only
+ * READ reaches JS, here. Compared with the fuse-native backend
+ * (fuse-binding.ts + fuse-ops.ts), a metadata op costs no JS at all, the
+ * kernel skips OPEN/OPENDIR and caches listings, and a read costs one
+ * hand-off instead of two (JS writes the reply to /dev/fuse itself).
+ * Measured in src/fs/README.md.
+ *
+ * Needs root (it mounts with mount(2), as libfuse does for root) and the
+ * native addon; kernelFuseUnavailable() says why not, and image-mount.ts
+ * then uses fuse-native.
+ *
+ * Reads: cache hits are answered synchronously from a reused buffer; a miss
+ * holds its own buffer until the fetch ends. Errors become errno only
+ * through the ErrnoBoundary, as with fuse-native.
+ *
+ * May import: src/errors.ts, src/native.ts, src/format/, ./*.
+ */
+import { constants as osConstants } from 'node:os'
+import { UnsupportedError, UsageError, describeError } from '../errors.js'
+import type { MergedTree } from '../format/merge.js'
+import { nativeFuseServer, type NativeFuseServer } from '../native.js'
+import type { ErrnoBoundary } from './errno-boundary.js'
+import type { FileReader } from './file-reader.js'
+import { lazyUnmount, setReadAhead, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
+import { encodeKernelFuseTable } from './kernel-fuse-table.js'
+
+const EVENT_INIT = 1
+const EVENT_READ = 2
+const EVENT_CLOSED = 3
+const PAGE_BYTES = 4096
+/** The kernel's limit on pages per request (FUSE_MAX_MAX_PAGES). */
+const MAX_PAGES = 256
+/** Buffers kept for reads that wait on a fetch; more are allocated when needed. */
+const SPARE_BUFFERS = 8
+const { EIO, ENOENT } = osConstants.errno
+
+export interface KernelFuseContext {
+  tree: MergedTree
+  files: FileReader
+  boundary: ErrnoBoundary
+}
+
+/** Counters of the server's own threads (requests it answered, by kind). */
+export interface KernelFuseCounters { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
+
+export interface KernelFuseMount extends FuseMount {
+  counters: () => KernelFuseCounters
+}
+
+/** Why the kernel backend cannot serve `options` here, or undefined when it can. Sync. */
+export function kernelFuseUnavailable (options: FuseMountOptions): string | undefined {
+  if (process.getuid?.() !== 0) return 'it mounts with mount(2), which needs root'
+  if (!options.readOnly) return 'it serves read-only mounts only'
+  if (options.opTimeout !== undefined) return 'it has no per-op timeout'
+  if (options.debug === true) return 'it has no debug output'
+  try {
+    nativeFuseServer()
+  } catch (err) {
+    return describeError(err)
+  }
+  return undefined
+}
+
+/**
+ * Mount `context.tree` at `mountpoint` (an existing, empty, unmounted
+ * directory) and serve it. Async; resolves once the kernel's INIT is
+ * answered. Rejects with UnsupportedError when the backend is unavailable,
+ * UsageError when the mount fails (the kernel's reason included).
+ */
+export async function mountKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions): Promise<KernelFuseMount> {
+  const why = kernelFuseUnavailable(options)
+  if (why !== undefined) throw new UnsupportedError(`the kernel FUSE backend cannot mount ${mountpoint}: ${why}`)
+  if (!/^[A-Za-z0-9._-]+$/.test(options.fsName)) throw new UsageError(`FUSE fsName ${JSON.stringify(options.fsName)} must be letters, digits, '.', '_' or '-'`)
+  const native = nativeFuseServer()
+  const table = encodeKernelFuseTable(context.tree)
+  const maxPages = Math.min(MAX_PAGES, Math.max(1, Math.ceil(options.maxReadBytes / PAGE_BYTES)))
+  const maxRead = maxPages * PAGE_BYTES
+  const mountOptions = [
+    ...(options.allowOther ? ['allow_other'] : []),
+    ...(options.defaultPermissions ? ['default_permissions'] : []),
+    `max_read=${maxRead}`
+  ].join(',')
+  const reads = new ReadServer(context, table, maxRead)
+  let initDone: () => void = () => {}
+  const init = new Promise<void>(resolve => { initDone = resolve })
+  let server: NativeFuseServer
+  try {
+    server = native.fuseServerMount(mountpoint, options.fsName, mountOptions, {
+      entryValidS: options.entryTimeoutS,
+      attrValidS: options.attrTimeoutS,
+      negativeValidS: options.negativeTimeoutS,
+      maxPages,
+      maxReadahead: Math.max(maxRead, (options.readAheadKiB ?? 0) * 1024)
+    }, table.bytes, (kind: number, unique: number, nodeid: number, offset: number, size: number) => {
+      if (kind === EVENT_READ) reads.read(server, unique, nodeid, offset, size)
+      else if (kind === EVENT_INIT) initDone()
+      else if (kind === EVENT_CLOSED) initDone()
+    })
+  } catch (err) {
+    throw new UsageError(`cannot mount FUSE at ${mountpoint}: ${describeError(err)}`, { cause: err })
+  }
+  // The server's threads do not hold the event loop; this timer does, until the kernel's INIT arrives.
+  const keepAlive = setInterval(() => {}, 60_000)
+  try { await init } finally { clearInterval(keepAlive) }
+  if (options.readAheadKiB !== undefined) await setReadAhead(mountpoint, options.readAheadKiB)
+  let unmounting: Promise<void> | undefined
+  return {
+    mountpoint,
+    counters: () => native.fuseServerCounters(server),
+    unmount: async () => {
+      unmounting ??= (async () => {
+        try {
+          native.fuseServerUnmount(mountpoint)
+        } catch (err) {
+          await lazyUnmount(mountpoint, err as Error)
+        }
+      })()
+      return await unmounting
+    }
+  }
+}
+
+/** READ requests: FileReader into a buffer, the reply straight to /dev/fuse. */
+class ReadServer {
+  readonly #spare: Buffer[] = []
+  readonly #context: KernelFuseContext
+  readonly #table: ReturnType<typeof encodeKernelFuseTable>
+  readonly #bufferBytes: number
+
+  constructor (context: KernelFuseContext, table: ReturnType<typeof encodeKernelFuseTable>, bufferBytes: number) {
+    this.#context = context
+    this.#table = table
+    this.#bufferBytes = bufferBytes
+  }
+
+  read (server: NativeFuseServer, unique: number, nodeid: number, offset: number, size: number): void {
+    const native = nativeFuseServer()
+    const inode = this.#table.inodes[nodeid]
+    if (inode === undefined) { native.fuseServerReplyError(server, unique, ENOENT); return }
+    const buf = this.#spare.pop() ?? Buffer.allocUnsafeSlow(Math.max(this.#bufferBytes, size))
+    let result: number | Promise<number>
+    try {
+      result = this.#context.files.read(inode, offset, size, buf)
+    } catch (err) {
+      result = this.#context.boundary.errno(err, 'read', this.#table.pathOf(nodeid))
+    }
+    if (typeof result === 'number') { this.#answer(server, unique, buf, result); return }
+    result.then(n => this.#answer(server, unique, buf, n), (err: unknown) => {
+      let detail: string | undefined
+      try { detail = `chunks ${this.#context.files.missingChunks(inode, offset, size).join(', ')}` } catch { detail = undefined }
+      this.#answer(server, unique, buf, this.#context.boundary.errno(err, 'read', this.#table.pathOf(nodeid), detail))
+    })
+  }
+
+  #answer (server: NativeFuseServer, unique: number, buf: Buffer, result: number): void {
+    const native = nativeFuseServer()
+    try {
+      if (result >= 0) native.fuseServerReply(server, unique, buf, result)
+      else native.fuseServerReplyError(server, unique, -result || EIO)
+    } finally {
+      if (this.#spare.length < SPARE_BUFFERS && buf.length === this.#bufferBytes) this.#spare.push(buf)
+    }
+  }
+}
