@@ -27,6 +27,11 @@ import { MountChunkReader } from './mount-chunk-reader.js'
 import { BlobNeighbours } from './blob-neighbours.js'
 import { AccessTraces, prefetchOrder } from './access-traces.js'
 import { SharedTocs } from './shared-tocs.js'
+import { ImageStacks, mountStackOverlay, overlaySafePath, unmountStackOverlay } from './image-stacks.js'
+import { splitTopLayer } from '../format/layer-split.js'
+import type { MergedTree } from '../format/merge.js'
+import type { LayerToc } from '../format/toc.js'
+import { mountsUnder } from '../runtime/overlay/mount-table.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
@@ -52,7 +57,17 @@ export interface MountStats extends ImageMountStats {
   storeErrors: number
 }
 
-interface Mounted { info: MountInfo, mount: ImageMount, reader: MountChunkReader, image: LoadedImage, layers: Digest[], pins: string[], loc: StoreLocation }
+interface Mounted {
+  info: MountInfo
+  mount: ImageMount
+  reader: MountChunkReader
+  image: LoadedImage
+  layers: Digest[]
+  pins: string[]
+  loc: StoreLocation
+  /** A shared image served as a stack: info.mountpoint is the overlay, `mount` its top layer. */
+  stack?: { topPath: string, baseKey: string }
+}
 
 export class MountManager {
   readonly #db: NodeDb
@@ -64,10 +79,12 @@ export class MountManager {
   readonly #traces: AccessTraces
   readonly #sharing = new Map<string, Promise<SharedImage>>()
   readonly #tocs = new SharedTocs()
+  readonly #stacks: ImageStacks
 
   /** `sharedDir`: where images mounted for sandboxes live, one directory per manifest. */
   constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string) {
     this.#sharedDir = sharedDir
+    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log)
     this.#traces = new AccessTraces(db)
     this.#db = db
     this.#cache = cache
@@ -79,15 +96,31 @@ export class MountManager {
   }
 
   /** Mount an image. Async. Throws NotFoundError for an unknown image, UsageError when the directory is already a layerd mount. */
-  async mount (req: MountRequest): Promise<MountInfo> {
+  async mount (req: MountRequest, preloaded?: LoadedImage): Promise<MountInfo> {
     const started = performance.now()
     const mountpoint = resolve(req.mountpoint)
-    if (this.#mounts.has(mountpoint)) throw new UsageError(`cannot mount ${req.image} at ${mountpoint}: already a layerd mount (of ${this.#mounts.get(mountpoint)!.info.image})`)
+    this.#refuseMounted(req.image, mountpoint)
     const loc: StoreLocation = { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+    const loaded = preloaded ?? await this.#load(loc, req.image)
+    const m = await this.#mountLayers(loc, mountpoint, req.image, loaded, loaded.manifest.layers.map(l => l.digest), loaded.tocs, undefined, started)
+    this.#db.prepare('INSERT OR REPLACE INTO mounts VALUES (?, ?, ?, ?, ?, ?)')
+      .run(m.info.mountpoint, req.image, m.image.digest, req.store, req.s3Endpoint ?? null, m.info.mountedAt)
+    return m.info
+  }
+
+  #refuseMounted (image: string, mountpoint: string): void {
+    if (this.#mounts.has(mountpoint)) throw new UsageError(`cannot mount ${image} at ${mountpoint}: already a layerd mount (of ${this.#mounts.get(mountpoint)!.info.image})`)
+  }
+
+  async #load (loc: StoreLocation, image: string): Promise<LoadedImage> {
+    const { store } = this.#stores.get(loc)
+    return await loadImage(store, image, { cache: this.#cache, pin: false, decodedToc: layer => this.#tocs.peek(layer) })
+  }
+
+  /** One FUSE mount of `tocs` (the layers `layers` of `loaded`), recorded in #mounts at `mountpoint`. Async. */
+  async #mountLayers (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], tocs: LayerToc[], tree: MergedTree | undefined, started: number): Promise<Mounted> {
     const { store, fetcher } = this.#stores.get(loc)
-    const loaded = await loadImage(store, req.image, { cache: this.#cache, pin: false, decodedToc: layer => this.#tocs.peek(layer) })
-    const layers = loaded.manifest.layers.map(l => l.digest)
-    const image: LoadedImage = { ...loaded, tocs: this.#tocs.acquire(layers, loaded.tocs) }
+    const image: LoadedImage = { ...loaded, tocs: this.#tocs.acquire(layers, tocs) }
     const pins = [manifestKey(digestHex(image.digest)), ...layers.map(l => layerKey(digestHex(l)))]
     this.#cache.pin(pins)
     try {
@@ -97,20 +130,56 @@ export class MountManager {
         neighbours: () => (neighbours ??= new BlobNeighbours(image.tocs)),
         isCached: digest => this.#cache.has(digest)
       })
-      const mount = await mountImage({ mountpoint, tocs: image.tocs, reader, log: this.#log })
+      const mount = await mountImage({ mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }) })
       const info: MountInfo = {
-        mountpoint: mount.mountpoint, image: req.image, manifest: image.digest, store: store.url,
+        mountpoint: mount.mountpoint, image: name, manifest: image.digest, store: store.url,
         mountedAt: new Date().toISOString(), mountMs: performance.now() - started
       }
-      this.#mounts.set(mount.mountpoint, { info, mount, reader, image, layers, pins, loc })
-      this.#db.prepare('INSERT OR REPLACE INTO mounts VALUES (?, ?, ?, ?, ?, ?)')
-        .run(info.mountpoint, req.image, image.digest, req.store, req.s3Endpoint ?? null, info.mountedAt)
-      return info
+      const m: Mounted = { info, mount, reader, image, layers, pins, loc }
+      this.#mounts.set(mount.mountpoint, m)
+      return m
     } catch (err) {
       this.#cache.unpin(pins)
       this.#tocs.release(layers)
       throw err
     }
+  }
+
+  /**
+   * A shared image as a stack (image-stacks.ts): its lower layers' shared
+   * base, its top layer, and the read-only overlay of the two at
+   * `req.mountpoint`; one merged mount when the top layer cannot be
+   * stacked exactly or the path cannot go into overlay options. Async.
+   */
+  async #mountShared (req: MountRequest): Promise<MountInfo> {
+    const started = performance.now()
+    const mountpoint = resolve(req.mountpoint)
+    const loc: StoreLocation = { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+    const loaded = await this.#load(loc, req.image)
+    const layers = loaded.manifest.layers.map(l => l.digest)
+    const topPath = `${mountpoint}.top`
+    if (layers.length < 2 || process.env.LAYERD_STACKS === '0' || !overlaySafePath(topPath) || !overlaySafePath(this.#sharedDir)) return await this.mount(req, loaded)
+    const { store, fetcher } = this.#stores.get(loc)
+    const base = await this.#stacks.acquireBase(layers.slice(0, -1), loaded.tocs.slice(0, -1), fetcher, store.url)
+    const split = splitTopLayer(base.tree, loaded.tocs.at(-1)!)
+    if ('reason' in split) {
+      this.#log(`image ${req.image}: one merged mount, not a stack: ${split.reason}`)
+      await this.#stacks.releaseBase(base.key)
+      return await this.mount(req, loaded)
+    }
+    let top: Mounted | undefined
+    try {
+      top = await this.#mountLayers(loc, topPath, req.image, loaded, layers.slice(-1), loaded.tocs.slice(-1), split.tree, started)
+      await mountStackOverlay(mountpoint, topPath, base.mountpoint)
+    } catch (err) {
+      if (top !== undefined) await this.unmount(topPath).catch(() => {})
+      await this.#stacks.releaseBase(base.key)
+      throw err
+    }
+    this.#mounts.delete(topPath)
+    const info: MountInfo = { ...top.info, mountpoint, mountMs: performance.now() - started }
+    this.#mounts.set(mountpoint, { ...top, info, stack: { topPath, baseKey: base.key } })
+    return info
   }
 
   /**
@@ -128,7 +197,7 @@ export class MountManager {
     if (existing !== undefined) return { mountpoint, manifest, config: existing.image.manifest.config, mountMs: 0 }
     let pending = this.#sharing.get(mountpoint)
     if (pending === undefined) {
-      pending = this.mount({ ...req, image: manifest, mountpoint })
+      pending = this.#mountShared({ ...req, image: manifest, mountpoint })
         .then(info => {
           const m = this.#mounts.get(mountpoint)!
           m.info.image = req.image
@@ -143,7 +212,9 @@ export class MountManager {
   /** Unmount. Async. Throws NotFoundError when `mountpoint` is not a layerd mount. */
   async unmount (mountpoint: string): Promise<void> {
     const m = this.#get(mountpoint)
+    if (m.stack !== undefined) await unmountStackOverlay(m.info.mountpoint)
     await m.mount.unmount()
+    if (m.stack !== undefined) await this.#stacks.releaseBase(m.stack.baseKey)
     this.#traces.save(m.image.digest, m.reader.trace.refs)
     this.#mounts.delete(m.info.mountpoint)
     this.#cache.unpin(m.pins)
@@ -189,6 +260,10 @@ export class MountManager {
    * with `restore`, mount it again. Never throws; failures are logged.
    */
   async recover (restore: boolean): Promise<{ cleaned: number, restored: number }> {
+    // Stacks (image-stacks.ts) are not in the database: detach whatever a dead daemon left below the shared directory.
+    for (const left of await mountsUnder(this.#sharedDir)) {
+      try { await lazyUnmount(left) } catch (err) { this.#log(`cleaning stale mount ${left}: ${(err as Error).message}`) }
+    }
     const rows = this.#db.prepare('SELECT * FROM mounts').all() as Array<{ mountpoint: string, image: string, manifest: string, store: string, s3_endpoint: string | null }>
     let restored = 0
     for (const row of rows) {

@@ -31,6 +31,8 @@ import { UnsupportedError, UsageError, describeError } from '../errors.js'
 const BINDING_MODULE = 'fuse-native'
 const execFileAsync = promisify(execFile)
 const { ERANGE } = osConstants.errno
+/** libfuse 2 sends at most 128 KiB per read request. */
+const LIBFUSE2_MAX_READ = 128 * 1024
 
 /** Attributes for getattr/readdir. Times in milliseconds since the epoch (the binding keeps ms precision, and cannot carry negative times). */
 export interface FuseStat {
@@ -127,7 +129,7 @@ export interface FuseMountOptions {
   entryTimeoutS: number
   attrTimeoutS: number
   negativeTimeoutS: number
-  /** Largest read request, bytes (libfuse 2 caps requests at 128 KiB anyway). */
+  /** Largest read request, bytes (fuse-native: at most libfuse 2's 128 KiB). */
   maxReadBytes: number
   /** Kernel readahead window for this mount, KiB; undefined keeps the kernel default. */
   readAheadKiB?: number
@@ -223,7 +225,7 @@ export function fuseOptionString (o: FuseMountOptions): string {
     `fsname=${o.fsName}`, `subtype=${o.fsName}`,
     'use_ino', // st_ino from getattr, not libfuse's own node ids: stable numbers, hardlinks share one
     `entry_timeout=${o.entryTimeoutS}`, `attr_timeout=${o.attrTimeoutS}`, `negative_timeout=${o.negativeTimeoutS}`,
-    `max_read=${o.maxReadBytes}`, `max_readahead=${Math.max(o.maxReadBytes, (o.readAheadKiB ?? 0) * 1024)}`
+    `max_read=${Math.min(o.maxReadBytes, LIBFUSE2_MAX_READ)}`, `max_readahead=${Math.max(Math.min(o.maxReadBytes, LIBFUSE2_MAX_READ), (o.readAheadKiB ?? 0) * 1024)}`
   ]
   if (o.readOnly) opts.push('ro')
   if (o.allowOther) opts.push('allow_other')

@@ -10,7 +10,7 @@
 import { mkdir, realpath, statfs } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
 import { UsageError, describeError } from '../errors.js'
-import { mergeLayers } from '../format/merge.js'
+import { mergeLayers, type MergedTree } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
 import { ErrnoBoundary } from './errno-boundary.js'
 import { FileReader, type ChunkReader } from './file-reader.js'
@@ -21,8 +21,8 @@ import { kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters } from 
 
 /** Kernel cache lifetimes for immutable images: a day. */
 export const IMMUTABLE_TIMEOUT_S = 86_400
-/** libfuse 2 sends at most 128 KiB per read request. */
-export const MAX_READ_128KIB = 128 * 1024
+/** Largest read request: the kernel backend asks for 1 MiB (256 pages); fuse-native caps it at libfuse 2's 128 KiB. */
+export const MAX_READ_1MIB = 1024 * 1024
 /** Kernel readahead for a mount (the default is 128 KiB): fewer, larger, parallel reads on sequential access. */
 export const READ_AHEAD_1MIB_IN_KIB = 1024
 
@@ -35,7 +35,7 @@ export const DEFAULT_FUSE_OPTIONS: FuseMountOptions = {
   entryTimeoutS: IMMUTABLE_TIMEOUT_S,
   attrTimeoutS: IMMUTABLE_TIMEOUT_S,
   negativeTimeoutS: IMMUTABLE_TIMEOUT_S,
-  maxReadBytes: MAX_READ_128KIB,
+  maxReadBytes: MAX_READ_1MIB,
   readAheadKiB: READ_AHEAD_1MIB_IN_KIB
 }
 
@@ -49,6 +49,8 @@ export interface MountImageOptions {
   log: (line: string) => void
   /** Overrides of {@link DEFAULT_FUSE_OPTIONS}. */
   fuse?: Partial<FuseMountOptions>
+  /** The tree to serve, when the caller has it: `mergeLayers(tocs)`, or a split-off top layer (src/format/layer-split.ts). Default: merged here. */
+  tree?: MergedTree
 }
 
 export interface ImageMountStats {
@@ -97,7 +99,7 @@ export interface ImageMount {
 export async function mountImage (options: MountImageOptions): Promise<ImageMount> {
   const { tocs, reader, log } = options
   const mountpoint = await prepareMountpoint(resolve(options.mountpoint), log)
-  const tree = mergeLayers(tocs)
+  const tree = options.tree ?? mergeLayers(tocs)
   if (tree.conflicts.length > 0) {
     const first = tree.conflicts[0]!
     log(`mount ${mountpoint}: ${tree.conflicts.length} TOC entries skipped, first: layer ${first.layer} ${JSON.stringify(first.path)}: ${first.reason}`)

@@ -46,6 +46,21 @@ export interface KernelFuseTable {
   pathOf: (nodeid: number) => string
 }
 
+const TWO_32 = 2 ** 32
+
+/** A safe integer ≥ 0 as u64 LE, without BigInt. */
+function writeU64 (b: Buffer, v: number, at: number): void {
+  b.writeUInt32LE(v % TWO_32, at)
+  b.writeUInt32LE(Math.floor(v / TWO_32), at + 4)
+}
+
+/** A safe integer as i64 LE (two's complement), without BigInt. */
+function writeI64 (b: Buffer, v: number, at: number): void {
+  const lo = ((v % TWO_32) + TWO_32) % TWO_32
+  b.writeUInt32LE(lo, at)
+  b.writeInt32LE(Math.floor((v - lo) / TWO_32), at + 4)
+}
+
 interface DirInfo { node: MergedNode, parent: number, kids: MergedNode[], names: Buffer[] }
 
 /** Encode `tree`. Sync; O(entries · log entries) for the sorted listings. Throws RangeError for a name longer than 255 bytes. */
@@ -139,10 +154,10 @@ export function encodeKernelFuseTable (tree: MergedTree): KernelFuseTable {
         xattrsHere++
       }
     }
-    nodes.writeBigUInt64LE(BigInt(ino), at)
-    nodes.writeBigUInt64LE(BigInt(size), at + 8)
-    nodes.writeBigUInt64LE(BigInt(e.type === 'symlink' ? 0 : Math.ceil(size / STAT_BLOCK_BYTES)), at + 16)
-    nodes.writeBigInt64LE(BigInt(Math.floor(e.mtime)), at + 24)
+    writeU64(nodes, ino, at)
+    writeU64(nodes, size, at + 8)
+    writeU64(nodes, e.type === 'symlink' ? 0 : Math.ceil(size / STAT_BLOCK_BYTES), at + 16)
+    writeI64(nodes, Math.floor(e.mtime), at + 24)
     nodes.writeUInt32LE((TYPE_BITS[e.type] ?? 0) | e.mode, at + 32)
     nodes.writeUInt32LE(inode.nlink, at + 36)
     nodes.writeUInt32LE(e.uid, at + 40)
@@ -163,8 +178,8 @@ export function encodeKernelFuseTable (tree: MergedTree): KernelFuseTable {
   header.writeUInt32LE(xattrCount, 16)
   header.writeUInt32LE(stringsBytes, 20)
   header.writeUInt32LE(xattrCount > 0 ? FLAG_HAS_XATTRS : 0, 24)
-  header.writeBigUInt64LE(BigInt(Math.ceil(imageBytes / BLOCK_SIZE)), 32)
-  header.writeBigUInt64LE(BigInt(files), 40)
+  writeU64(header, Math.ceil(imageBytes / BLOCK_SIZE), 32)
+  writeU64(header, files, 40)
 
   const pathOf = (nodeid: number): string => {
     const parts: string[] = []
