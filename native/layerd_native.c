@@ -1,5 +1,6 @@
 // layerd's native addon: the few system calls Node does not expose
-// (extended attributes without following symlinks, mknod), and a FUSE
+// (extended attributes without following symlinks, mknod, mount, umount2,
+// loop devices), and a FUSE
 // server that speaks the kernel protocol itself (fuse_server.c).
 // Loaded only through src/native.ts, which gives it a typed interface.
 // Every function is synchronous; failures throw an Error carrying Node-style
@@ -14,6 +15,13 @@
 #include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/xattr.h>
+#include <sys/mount.h>
+#include <sys/ioctl.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <linux/loop.h>
+#include <pthread.h>
+#include <sched.h>
 #include <node_api.h>
 
 #define PATH_BYTES_MAX 4096
@@ -163,6 +171,104 @@ static napi_value js_mknod(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// mount(source, target, fstype, flags: number, data: string): void — mount(2); flags are MS_* bits.
+static napi_value js_mount(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  char source[PATH_BYTES_MAX], target[PATH_BYTES_MAX], fstype[64], data[PATH_BYTES_MAX * 2];
+  if (!get_args(env, info, 5, argv) || !get_string(env, argv[0], source, sizeof source, "source must be a string") ||
+      !get_string(env, argv[1], target, sizeof target, "target must be a string") ||
+      !get_string(env, argv[2], fstype, sizeof fstype, "fstype must be a string") ||
+      !get_string(env, argv[4], data, sizeof data, "data must be a string")) return NULL;
+  double flags = 0;
+  if (napi_get_value_double(env, argv[3], &flags) != napi_ok || flags < 0) return throw_type(env, "flags must be a number");
+  if (mount(source, target, fstype, (unsigned long)flags, data) != 0) return throw_errno(env, errno, "mount", target);
+  return NULL;
+}
+
+typedef struct { const char *cwd, *source, *target, *fstype, *data; unsigned long flags; int err; } mount_at_job;
+
+static void *mount_at_thread(void *arg) {
+  mount_at_job *j = arg;
+  // A cwd of this thread's own: chdir here moves no other thread.
+  if (unshare(CLONE_FS) != 0 || chdir(j->cwd) != 0) { j->err = errno; return NULL; }
+  j->err = mount(j->source, j->target, j->fstype, j->flags, j->data) == 0 ? 0 : errno;
+  return NULL;
+}
+
+// mountAt(cwd, source, target, fstype, flags: number, data: string): void — mount(2) with relative paths
+// (in `target` and in `data`, e.g. overlay's lowerdir) taken from `cwd`, so the mount table shows no
+// absolute host path. Runs on a short-lived thread with its own cwd (unshare(CLONE_FS)).
+static napi_value js_mount_at(napi_env env, napi_callback_info info) {
+  napi_value argv[6];
+  char cwd[PATH_BYTES_MAX], source[PATH_BYTES_MAX], target[PATH_BYTES_MAX], fstype[64], data[PATH_BYTES_MAX * 2];
+  if (!get_args(env, info, 6, argv) || !get_string(env, argv[0], cwd, sizeof cwd, "cwd must be a string") ||
+      !get_string(env, argv[1], source, sizeof source, "source must be a string") ||
+      !get_string(env, argv[2], target, sizeof target, "target must be a string") ||
+      !get_string(env, argv[3], fstype, sizeof fstype, "fstype must be a string") ||
+      !get_string(env, argv[5], data, sizeof data, "data must be a string")) return NULL;
+  double flags = 0;
+  if (napi_get_value_double(env, argv[4], &flags) != napi_ok || flags < 0) return throw_type(env, "flags must be a number");
+  mount_at_job job = { cwd, source, target, fstype, data, (unsigned long)flags, 0 };
+  pthread_t t;
+  if (pthread_create(&t, NULL, mount_at_thread, &job) != 0) return throw_errno(env, EAGAIN, "pthread_create", target);
+  pthread_join(t, NULL);
+  if (job.err != 0) return throw_errno(env, job.err, "mount", target);
+  return NULL;
+}
+
+// umount2(target, flags: number): void — flags: MNT_DETACH (2) etc.
+static napi_value js_umount2(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  char target[PATH_BYTES_MAX];
+  int32_t flags = 0;
+  if (!get_args(env, info, 2, argv) || !get_string(env, argv[0], target, sizeof target, "target must be a string")) return NULL;
+  if (napi_get_value_int32(env, argv[1], &flags) != napi_ok) return throw_type(env, "flags must be a number");
+  if (umount2(target, flags) != 0) return throw_errno(env, errno, "umount2", target);
+  return NULL;
+}
+
+// mountLoop(file, target, fstype, flags: number, data: string): void — what `mount -o loop` does: a free
+// loop device backed by `file`, set to clear itself when its last user goes (LO_FLAGS_AUTOCLEAR), and
+// mount(2) of it. The device stays open until the mount holds it, so it cannot clear itself before.
+static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  char file[PATH_BYTES_MAX], target[PATH_BYTES_MAX], fstype[64], data[PATH_BYTES_MAX], dev[64];
+  if (!get_args(env, info, 5, argv) || !get_string(env, argv[0], file, sizeof file, "file must be a string") ||
+      !get_string(env, argv[1], target, sizeof target, "target must be a string") ||
+      !get_string(env, argv[2], fstype, sizeof fstype, "fstype must be a string") ||
+      !get_string(env, argv[4], data, sizeof data, "data must be a string")) return NULL;
+  double flags = 0;
+  if (napi_get_value_double(env, argv[3], &flags) != napi_ok || flags < 0) return throw_type(env, "flags must be a number");
+  int backing = open(file, O_RDWR | O_CLOEXEC);
+  if (backing < 0) return throw_errno(env, errno, "open", file);
+  int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+  if (ctl < 0) { int e = errno; close(backing); return throw_errno(env, e, "open", "/dev/loop-control"); }
+  int err = EBUSY;
+  for (int attempt = 0; attempt < 8 && err == EBUSY; attempt++) {
+    int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+    if (n < 0) { err = errno; break; }
+    snprintf(dev, sizeof dev, "/dev/loop%d", n);
+    int loop = open(dev, O_RDWR | O_CLOEXEC);
+    if (loop < 0) { err = errno == ENOENT ? EBUSY : errno; continue; }
+    struct loop_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.fd = (uint32_t)backing;
+    cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    if (ioctl(loop, LOOP_CONFIGURE, &cfg) != 0) {
+      err = errno;  // EBUSY: another process took this device meanwhile; ask for another
+      close(loop);
+      continue;
+    }
+    err = mount(dev, target, fstype, (unsigned long)flags, data) == 0 ? 0 : errno;
+    close(loop);  // the last close without a mount clears the device (autoclear)
+    break;
+  }
+  close(ctl);
+  close(backing);
+  if (err != 0) return throw_errno(env, err, "mount", target);
+  return NULL;
+}
+
 void fuse_server_register(napi_env env, napi_value exports);  // fuse_server.c
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -172,6 +278,10 @@ static napi_value init(napi_env env, napi_value exports) {
     { "lgetxattr", 0, js_lgetxattr, 0, 0, 0, napi_default, 0 },
     { "lsetxattr", 0, js_lsetxattr, 0, 0, 0, napi_default, 0 },
     { "mknod", 0, js_mknod, 0, 0, 0, napi_default, 0 },
+    { "mount", 0, js_mount, 0, 0, 0, napi_default, 0 },
+    { "umount2", 0, js_umount2, 0, 0, 0, napi_default, 0 },
+    { "mountLoop", 0, js_mount_loop, 0, 0, 0, napi_default, 0 },
+    { "mountAt", 0, js_mount_at, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   fuse_server_register(env, exports);

@@ -29,6 +29,10 @@ interface NativeBinding extends Partial<NativeFuseServerBinding> {
   lgetxattr (path: string, name: string): Buffer
   lsetxattr (path: string, name: string, value: Uint8Array, flags: number): void
   mknod (path: string, mode: number, major: number, minor: number): void
+  mount? (source: string, target: string, fstype: string, flags: number, data: string): void
+  umount2? (target: string, flags: number): void
+  mountLoop? (file: string, target: string, fstype: string, flags: number, data: string): void
+  mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
 }
 
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
@@ -46,6 +50,8 @@ export interface NativeFuseServerBinding {
   fuseServerReplyError (server: NativeFuseServer, unique: number, errno: number): void
   /** umount2(MNT_DETACH). */
   fuseServerUnmount (mountpoint: string): void
+  /** FUSE_NOTIFY_STORE: `length` bytes of `data` into the page cache of `nodeid` at `offset`. Returns 0 or an errno (ENOENT: the kernel has no such inode yet). */
+  fuseServerNotifyStore (server: NativeFuseServer, nodeid: number, offset: number, data: Buffer, length: number): number
   fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
 }
 
@@ -82,7 +88,35 @@ export function nativeFuseServer (): NativeFuseServerBinding {
   return b as NativeFuseServerBinding
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server). Sync. */
+/** mount(2) flags, as in <sys/mount.h>. */
+export const MS_RDONLY = 1
+export const MS_NOSUID = 2
+export const MS_NODEV = 4
+export const MS_NOATIME = 1024
+/** umount2(2) flag: detach now, clean up when no longer busy. */
+export const MNT_DETACH = 2
+
+/** The addon's mount calls, or undefined when the addon is missing or older (callers then run mount(8)). Sync. */
+export interface NativeMounts {
+  /** mount(2). Throws errno errors. */
+  mount: (source: string, target: string, fstype: string, flags: number, data: string) => void
+  /** umount2(2). Throws errno errors (EINVAL: not a mount point). */
+  umount2: (target: string, flags: number) => void
+  /** `mount -o loop`: `file` on a self-clearing loop device, mounted at `target`. Throws errno errors. */
+  mountLoop: (file: string, target: string, fstype: string, flags: number, data: string) => void
+  /** mount(2) with `target` and paths in `data` relative to `cwd` (the mount table then shows them relative). Throws errno errors. */
+  mountAt: (cwd: string, source: string, target: string, fstype: string, flags: number, data: string) => void
+}
+
+/** The addon's mount calls, or undefined when the addon is missing or older (callers then run mount(8)). Sync. */
+export function nativeMounts (): NativeMounts | undefined {
+  let b: NativeBinding
+  try { b = load() } catch { return undefined }
+  if (b.mount === undefined || b.umount2 === undefined || b.mountLoop === undefined || b.mountAt === undefined) return undefined
+  return { mount: b.mount.bind(b), umount2: b.umount2.bind(b), mountLoop: b.mountLoop.bind(b), mountAt: b.mountAt.bind(b) }
+}
+
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

@@ -15,9 +15,10 @@
  * overlay: what sandboxes use). None is recorded in the node database: a
  * restarted daemon detaches whatever is left below the shared directory.
  *
- * May import: src/errors.ts, src/format/, src/fs/, src/cache/ (types), this folder.
+ * May import: src/errors.ts, src/native.ts, src/format/, src/fs/, src/cache/ (types), this folder.
  */
 import { execFile } from 'node:child_process'
+import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { UnsupportedError, describeError } from '../errors.js'
@@ -28,6 +29,7 @@ import type { LayerToc } from '../format/toc.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { ChunkFetcher } from '../cache/chunk-fetcher.js'
 import { mountImage, type ImageMount } from '../fs/image-mount.js'
+import { MNT_DETACH, MS_RDONLY, nativeMounts } from '../native.js'
 import { BlobNeighbours } from './blob-neighbours.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import type { SharedTocs } from './shared-tocs.js'
@@ -35,7 +37,7 @@ import type { SharedTocs } from './shared-tocs.js'
 const run = promisify(execFile)
 
 /** Overlay options for a read-only stack: nothing below may redirect lookups; no index, no xino (inode numbers of the FUSE layers are small). */
-const STACK_OVERLAY_OPTIONS = 'ro,redirect_dir=off,index=off,metacopy=off,xino=off'
+const STACK_OVERLAY_OPTIONS = 'redirect_dir=off,index=off,metacopy=off,xino=off'
 
 export interface BaseMount {
   key: string
@@ -126,11 +128,14 @@ export function overlaySafePath (path: string): boolean {
   return !/[,:\\\s]/.test(path)
 }
 
-/** Mount the read-only overlay of `top` over `base` at `mountpoint`. Async; throws UnsupportedError with mount's message. */
+/** Mount the read-only overlay of `top` over `base` at `mountpoint` (both overlay-safe paths). Async; throws UnsupportedError with the reason. */
 export async function mountStackOverlay (mountpoint: string, top: string, base: string): Promise<void> {
+  const data = `${STACK_OVERLAY_OPTIONS},lowerdir=${top}:${base}`
   try {
-    await run('mkdir', ['-p', mountpoint])
-    await run('mount', ['-t', 'overlay', '-o', `${STACK_OVERLAY_OPTIONS},lowerdir=${top}:${base}`, 'layerd-stack', mountpoint])
+    await mkdir(mountpoint, { recursive: true })
+    const sys = nativeMounts()
+    if (sys !== undefined) sys.mount('layerd-stack', mountpoint, 'overlay', MS_RDONLY, data)
+    else await run('mount', ['-t', 'overlay', '-o', `ro,${data}`, 'layerd-stack', mountpoint])
   } catch (err) {
     const e = err as { stderr?: string }
     throw new UnsupportedError(`cannot stack ${top} over ${base} at ${mountpoint}: ${(e.stderr ?? describeError(err)).trim()}`, { cause: err })
@@ -139,5 +144,10 @@ export async function mountStackOverlay (mountpoint: string, top: string, base: 
 
 /** Detach the overlay at `mountpoint` (lazily: sandboxes on it keep working). Async; never throws for "not mounted". */
 export async function unmountStackOverlay (mountpoint: string): Promise<void> {
+  const sys = nativeMounts()
+  if (sys !== undefined) {
+    try { sys.umount2(mountpoint, MNT_DETACH) } catch {}
+    return
+  }
   await run('umount', ['-l', mountpoint]).catch(() => {})
 }

@@ -28,12 +28,13 @@
  * nodes in the image or the upper are inert), volatile (no syncs: a sandbox
  * upper is scratch; after a host crash it is discarded).
  *
- * May import: src/errors.ts, ../process/host-command.ts, node built-ins.
+ * May import: src/errors.ts, src/native.ts, ../process/host-command.ts, node built-ins.
  */
 import { chmod, chown, mkdir, open, rm, stat, symlink } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import { UnsupportedError, UsageError, describeError } from '../../errors.js'
 import { runHost } from '../process/host-command.js'
+import { MS_NOATIME, MS_NODEV, MS_NOSUID, nativeMounts } from '../../native.js'
 import { unmountAllUnder } from './mount-table.js'
 
 export type QuotaKind = 'loop-ext4' | 'tmpfs'
@@ -74,7 +75,7 @@ export function overlayPaths (stateDir: string): { merged: string, upperDir: str
   }
 }
 
-const OVERLAY_OPTIONS = 'lowerdir=lower,upperdir=disk/upper,workdir=disk/work,redirect_dir=off,index=off,metacopy=off,xino=off,volatile'
+const OVERLAY_FLAGS = 'redirect_dir=off,index=off,metacopy=off,xino=off,volatile'
 
 /**
  * The steps, with relative paths (cwd: stateDir) so mount options need no
@@ -87,6 +88,8 @@ async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskByt
   const host = async (cmd: string, args: string[]): Promise<void> => {
     await runHost(cmd, args, { cwd: stateDir, what: `Cannot set up the writable layer of ${stateDir}: ${cmd} ${args.join(' ')}` })
   }
+  // mount(2) from the addon where it can (a spawn of mount(8) forks the caller).
+  const sys = nativeMounts()
   await rm(p.lowerLink, { force: true })
   await symlink(lower, p.lowerLink)
   await mkdir(p.diskDir, { recursive: true })
@@ -94,9 +97,12 @@ async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskByt
     const image = await open(p.diskImage, 'w')
     try { await image.truncate(diskBytes) } finally { await image.close() }
     await host('mkfs.ext4', ['-q', '-F', '-O', '^has_journal', '-E', 'lazy_itable_init=1,nodiscard', '-m', '0', '-b', '4096', '-N', String(inodes), 'disk.img'])
-    await host('mount', ['-t', 'ext4', '-o', 'loop,nosuid,nodev,noatime', 'disk.img', 'disk'])
+    if (sys !== undefined) sys.mountLoop(p.diskImage, p.diskDir, 'ext4', MS_NOSUID | MS_NODEV | MS_NOATIME, '')
+    else await host('mount', ['-t', 'ext4', '-o', 'loop,nosuid,nodev,noatime', 'disk.img', 'disk'])
   } else {
-    await host('mount', ['-t', 'tmpfs', '-o', `size=${diskBytes},nr_inodes=${inodes},mode=0755,nosuid,nodev`, 'tmpfs', 'disk'])
+    const data = `size=${diskBytes},nr_inodes=${inodes},mode=0755`
+    if (sys !== undefined) sys.mount('tmpfs', p.diskDir, 'tmpfs', MS_NOSUID | MS_NODEV, data)
+    else await host('mount', ['-t', 'tmpfs', '-o', `${data},nosuid,nodev`, 'tmpfs', 'disk'])
   }
   // The upper's root takes the image root's owner and mode, as the merged root shows them.
   const root = await stat(lower)
@@ -105,7 +111,10 @@ async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskByt
   await chown(p.upperDir, root.uid, root.gid)
   await chmod(p.upperDir, root.mode & 0o7777)
   await mkdir(p.merged, { recursive: true })
-  await host('mount', ['-t', 'overlay', '-o', `${OVERLAY_OPTIONS},nosuid,nodev`, 'overlay', 'rootfs'])
+  // Relative paths: the sandbox's own mount table (/proc/mounts) then shows no host path.
+  const options = `lowerdir=lower,upperdir=disk/upper,workdir=disk/work,${OVERLAY_FLAGS}`
+  if (sys !== undefined) sys.mountAt(stateDir, 'overlay', 'rootfs', 'overlay', MS_NOSUID | MS_NODEV, options)
+  else await host('mount', ['-t', 'overlay', '-o', `${options},nosuid,nodev`, 'overlay', 'rootfs'])
 }
 
 /**
