@@ -1,5 +1,5 @@
 import t from 'tap'
-import { BlobNeighbours } from './blob-neighbours.js'
+import { BlobNeighbours, NEIGHBOUR_READAHEAD_BYTES, REMOTE_NEIGHBOUR_READAHEAD_BYTES, neighbourBudget } from './blob-neighbours.js'
 import { resolveChunk, type LayerToc } from '../format/toc.js'
 
 const hex = (n: number): string => n.toString(16).padStart(64, '0')
@@ -23,4 +23,10 @@ t.test('BlobNeighbours.extend() adds the next chunks of the same blob, within th
 t.test('BlobNeighbours.extend() skips cached chunks and chunks already asked for', async t => {
   const nb = new BlobNeighbours([toc])
   t.same(nb.extend([ref(1), ref(2)], d => d === hex(3), 64 * 1024).map(r => r.offset / 20480 + 1), [4, 5], 'each miss has its own budget')
+})
+
+t.test('neighbourBudget() reads further on a remote store', async t => {
+  t.equal(neighbourBudget('s3://bucket/prefix'), REMOTE_NEIGHBOUR_READAHEAD_BYTES)
+  t.equal(neighbourBudget('/var/lib/layerd/store'), NEIGHBOUR_READAHEAD_BYTES)
+  t.ok(REMOTE_NEIGHBOUR_READAHEAD_BYTES > NEIGHBOUR_READAHEAD_BYTES)
 })

@@ -9,7 +9,7 @@ import { newFetchStats } from '../cache/chunk-fetcher.js'
 import type { ChunkRef } from '../format/toc.js'
 import type { ChunkReader } from '../fs/file-reader.js'
 import { TraceRecorder } from './access-traces.js'
-import type { BlobNeighbours } from './blob-neighbours.js'
+import { neighbourBudget, type BlobNeighbours } from './blob-neighbours.js'
 
 export class MountChunkReader implements ChunkReader {
   readonly storeName: string
@@ -20,6 +20,7 @@ export class MountChunkReader implements ChunkReader {
   readonly #onPrefetchError: (err: unknown) => void
   readonly #neighbours: () => BlobNeighbours
   readonly #isCached: (digest: string) => boolean
+  readonly #budget: number
 
   constructor (fetcher: ChunkFetcher, storeName: string, opts: {
     onPrefetchError: (err: unknown) => void
@@ -32,16 +33,17 @@ export class MountChunkReader implements ChunkReader {
     this.#onPrefetchError = opts.onPrefetchError
     this.#neighbours = opts.neighbours
     this.#isCached = opts.isCached
+    this.#budget = neighbourBudget(storeName)
   }
 
   getCached (digest: string): Uint8Array | undefined {
     return this.#fetcher.getCached(digest, this.stats)
   }
 
-  /** Demand read of `refs`, extended to their blob neighbours in the same range GETs (blob-neighbours.ts). */
+  /** Demand read of `refs`, extended to their blob neighbours in the same range GETs (blob-neighbours.ts; the budget depends on the store). */
   async read (refs: readonly ChunkRef[]): Promise<Uint8Array[]> {
     this.trace.record(refs)
-    const extra = this.#neighbours().extend(refs, this.#isCached)
+    const extra = this.#neighbours().extend(refs, this.#isCached, this.#budget)
     if (extra.length === 0) return await this.#fetcher.read(refs, { stats: this.stats })
     const all = await this.#fetcher.read([...refs, ...extra], { stats: this.stats })
     return all.slice(0, refs.length)

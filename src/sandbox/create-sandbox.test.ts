@@ -5,6 +5,7 @@
  */
 import t from 'tap'
 import { spawn } from 'node:child_process'
+import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
@@ -72,6 +73,40 @@ t.test('layerctl commit turns a kept sandbox into a new image that later sandbox
   t.equal(parent.stdout, 'untouched\n')
   t.equal((await node.layerctl('rm', id!)).code, 0)
   t.notOk((JSON.parse((await node.layerctl('ps', '--json')).stdout) as Array<{ id: string }>).some(s => s.id === id))
+})
+
+t.test('images on the same lower layers share one base mount (a stack); a top layer with a whiteout gets one merged mount', async t => {
+  const commitOf = async (script: string, tag: string): Promise<void> => {
+    const run = await node.layerctl('run', '--keep', '--tier', 'process', 'deb/python:v1', '--', 'sh', '-c', script)
+    const id = /kept sandbox (sb-[0-9a-f]{12})/.exec(run.stderr)?.[1]
+    t.equal((await node.layerctl('commit', id!, tag)).code, 0)
+    await node.layerctl('rm', id!)
+  }
+  await commitOf('echo a > /root/task', 'deb/task:a')
+  await commitOf('echo b > /root/task', 'deb/task:b')
+  await commitOf('rm /etc/motd', 'deb/task:gone')
+  const a = await createSandbox({ ...base, image: 'deb/task:a', tier: 'container' })
+  t.teardown(() => a.destroy())
+  const b = await createSandbox({ ...base, image: 'deb/task:b', tier: 'container' })
+  t.teardown(() => b.destroy())
+  t.equal((await a.exec({ cmd: ['cat', '/root/task'] })).stdout.toString(), 'a\n')
+  t.equal((await b.exec({ cmd: ['sh', '-c', 'cat /root/task; python3 -c "print(1)"'] })).stdout.toString(), 'b\n1\n', 'each image sees its own top layer over the shared base')
+  const mountTable = async (): Promise<string[][]> => (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').map(l => l.split(' '))
+  let table = await mountTable()
+  const typeAt = (path: string): string | undefined => table.filter(f => f[4] === path).map(f => f[f.indexOf('-') + 1]).at(-1)
+  const shared = join(node.home, 'images')
+  t.equal(typeAt(join(shared, a.manifest.slice(7))), 'overlay', 'task:a is a stack')
+  t.equal(typeAt(join(shared, b.manifest.slice(7))), 'overlay', 'task:b is a stack')
+  const bases = table.filter(f => f[4]?.startsWith(join(shared, 'base-')) === true && f.includes('fuse.layerd'))
+  const lowers = new Set(table.filter(f => f[4] === join(shared, a.manifest.slice(7)) || f[4] === join(shared, b.manifest.slice(7)))
+    .map(f => /lowerdir=[^:]+:([^,]+)/.exec(f.at(-1) ?? '')?.[1]))
+  t.equal(lowers.size, 1, 'both stacks have the same base below them')
+  t.ok(bases.some(f => lowers.has(f[4])), 'and it is a layerd FUSE mount')
+  const gone = await createSandbox({ ...base, image: 'deb/task:gone', tier: 'container' })
+  t.teardown(() => gone.destroy())
+  t.equal((await gone.exec({ cmd: ['sh', '-c', 'test -e /etc/motd || echo motd-gone'] })).stdout.toString(), 'motd-gone\n')
+  table = await mountTable()
+  t.equal(typeAt(join(shared, gone.manifest.slice(7))), 'fuse.layerd', 'a whiteout in the top layer: one merged mount')
 })
 
 t.test('a sandbox left by a crashed caller is listed as orphaned and removed by gc', async t => {
