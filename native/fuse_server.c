@@ -19,7 +19,6 @@
 //   fuseServerReplyError(server, unique, errno)       READ failed (errno > 0)
 //   fuseServerUnmount(mountpoint)                     umount2(MNT_DETACH)
 //   fuseServerCounters(server) -> { requests, reads, ... }
-//   fuseServerNotifyStore(server, nodeid, offset, buffer, length) -> errno (0 = stored)
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -646,30 +645,6 @@ static napi_value js_unmount(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// fuseServerNotifyStore(server, nodeid, offset, buffer, length) -> 0 or errno: put file content into the
-// kernel's page cache unasked (FUSE_NOTIFY_STORE), so a later read of it needs no request. ENOENT: the
-// kernel has no inode for nodeid yet (nothing looked it up), which is harmless.
-static napi_value js_notify_store(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5], result;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  server *s = argc == 5 ? get_server(env, argv[0]) : NULL;
-  double nodeid, offset;
-  uint32_t length;
-  void *data;
-  size_t cap;
-  if (s == NULL || napi_get_value_double(env, argv[1], &nodeid) != napi_ok || napi_get_value_double(env, argv[2], &offset) != napi_ok ||
-      napi_get_buffer_info(env, argv[3], &data, &cap) != napi_ok || napi_get_value_uint32(env, argv[4], &length) != napi_ok || length > cap) {
-    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerNotifyStore(server, nodeid, offset, buffer, length <= buffer.length)");
-  }
-  struct fuse_notify_store_out arg = { .nodeid = (uint64_t)nodeid, .offset = (uint64_t)offset, .size = length, .padding = 0 };
-  struct fuse_out_header out = { .len = (uint32_t)(sizeof out + sizeof arg + length), .error = FUSE_NOTIFY_STORE, .unique = 0 };
-  struct iovec iov[3] = { { &out, sizeof out }, { &arg, sizeof arg }, { data, length } };
-  int err = writev(s->fd, iov, 3) < 0 ? errno : 0;
-  napi_create_int32(env, err, &result);
-  return result;
-}
-
 static void set_count(napi_env env, napi_value obj, const char *name, uint64_t v) {
   napi_value n;
   napi_create_double(env, (double)v, &n);
@@ -700,7 +675,6 @@ void fuse_server_register(napi_env env, napi_value exports) {
     { "fuseServerReplyError", 0, js_reply_error, 0, 0, 0, napi_default, 0 },
     { "fuseServerUnmount", 0, js_unmount, 0, 0, 0, napi_default, 0 },
     { "fuseServerCounters", 0, js_counters, 0, 0, 0, napi_default, 0 },
-    { "fuseServerNotifyStore", 0, js_notify_store, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

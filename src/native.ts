@@ -50,8 +50,6 @@ export interface NativeFuseServerBinding {
   fuseServerReplyError (server: NativeFuseServer, unique: number, errno: number): void
   /** umount2(MNT_DETACH). */
   fuseServerUnmount (mountpoint: string): void
-  /** FUSE_NOTIFY_STORE: `length` bytes of `data` into the page cache of `nodeid` at `offset`. Returns 0 or an errno (ENOENT: the kernel has no such inode yet). */
-  fuseServerNotifyStore (server: NativeFuseServer, nodeid: number, offset: number, data: Buffer, length: number): number
   fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
 }
 

@@ -1,9 +1,10 @@
 /**
  * Attack 7: layerd dies (SIGKILL) while a sandbox reads image files. The
  * sandbox's processes are not layerd's children, so they live on; their
- * reads of the image fail with an error (the kernel aborts the dead FUSE
- * connection: ENOTCONN/ECONNABORTED/EIO) within a stated bound, never
- * hang. The next `createSandbox` starts layerd again, which cleans the dead
+ * reads of the image that need layerd fail with an error (the kernel
+ * aborts the dead FUSE connection: ENOTCONN/ECONNABORTED/EIO) within a
+ * stated bound, never hang. Pages already in the page cache keep being
+ * served: they are the image's immutable, verified content. The next `createSandbox` starts layerd again, which cleans the dead
  * mount, mounts the image again and serves new sandboxes. The orphaned
  * sandbox cannot be revived (its overlay holds the dead mount) but is
  * destroyed cleanly.
@@ -21,7 +22,11 @@ export const READ_ERROR_BOUND_MS = 10_000
 /** A new sandbox (layerd restarted by createSandbox, image mounted again) must run within this. */
 export const RECOVERY_BOUND_MS = 30_000
 
-const READER = 'while :; do cat /usr/bin/python3.11 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/python3.11/typing.py > /dev/null || exit 3; done'
+// Each pass drops the files from the page cache (dd iflag=nocache), so every pass needs layerd: pages
+// already cached are immutable, verified content and keep being served after the kill (no OPEN reaches
+// the daemon with the kernel FUSE backend); what must fail fast is a read that needs the dead daemon.
+const READER = 'while :; do for f in /usr/bin/python3.11 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/python3.11/typing.py; do ' +
+  'dd if=$f of=/dev/null bs=1M iflag=nocache status=none || exit 3; done; done'
 // ld.so reports the errno by number ("Error 107") when it cannot open a library.
 const FUSE_GONE = /Transport endpoint is not connected|Software caused connection abort|Input\/output error|No such device|Error (103|107|5)\b/
 

@@ -29,7 +29,7 @@ import type { LayerToc } from '../format/toc.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { ChunkFetcher } from '../cache/chunk-fetcher.js'
 import { mountImage, type ImageMount } from '../fs/image-mount.js'
-import { MNT_DETACH, MS_RDONLY, nativeMounts } from '../native.js'
+import { MNT_DETACH, MS_NODEV, MS_NOSUID, MS_RDONLY, nativeMounts } from '../native.js'
 import { BlobNeighbours } from './blob-neighbours.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import type { SharedTocs } from './shared-tocs.js'
@@ -134,8 +134,9 @@ export async function mountStackOverlay (mountpoint: string, top: string, base: 
   try {
     await mkdir(mountpoint, { recursive: true })
     const sys = nativeMounts()
-    if (sys !== undefined) sys.mount('layerd-stack', mountpoint, 'overlay', MS_RDONLY, data)
-    else await run('mount', ['-t', 'overlay', '-o', `ro,${data}`, 'layerd-stack', mountpoint])
+    // nosuid, nodev: as the FUSE mounts below; an image's setuid files and device nodes are inert on the host.
+    if (sys !== undefined) sys.mount('layerd-stack', mountpoint, 'overlay', MS_RDONLY | MS_NOSUID | MS_NODEV, data)
+    else await run('mount', ['-t', 'overlay', '-o', `ro,nosuid,nodev,${data}`, 'layerd-stack', mountpoint])
   } catch (err) {
     const e = err as { stderr?: string }
     throw new UnsupportedError(`cannot stack ${top} over ${base} at ${mountpoint}: ${(e.stderr ?? describeError(err)).trim()}`, { cause: err })

@@ -60,14 +60,6 @@ export const READAHEAD_BYTES_4MIB = 4 * 1024 * 1024
 
 interface PendingSpan { span: number, filePos: number, length: number }
 
-/**
- * Sees every chunk a read copies from, while its bytes are at hand: chunk
- * `chunk` of layer `layer` (TOC indexes). `data` is only valid during the
- * call. kernel-fuse.ts uses it to put the chunk's other small files into
- * the page cache.
- */
-export type ChunkObserver = (layer: number, chunk: number, data: Uint8Array) => void
-
 export class FileReader {
   readonly counters: FileReaderCounters = { chunkHits: 0, chunkMisses: 0, syncReads: 0, fetchReads: 0 }
   readonly #tocs: readonly LayerToc[]
@@ -76,8 +68,6 @@ export class FileReader {
   readonly #refs: Array<Array<ChunkRef | undefined>>
   /** Start offset of every span (plus the file size at the end), by inode; only for multi-span files. */
   readonly #offsets: Array<Float64Array | undefined> = []
-  /** See {@link ChunkObserver}; set once, by the mount's backend. */
-  observer: ChunkObserver | undefined
 
   constructor (tocs: readonly LayerToc[], reader: ChunkReader) {
     this.#tocs = tocs
@@ -110,7 +100,6 @@ export class FileReader {
       if (data !== undefined) {
         this.counters.chunkHits++
         out.set(data.subarray(span.offset + within, span.offset + within + n), pos - position)
-        this.observer?.(layer, span.chunk, data)
       } else {
         this.counters.chunkMisses++
         ;(pending ??= []).push({ span: i, filePos: pos, length: n })
@@ -150,11 +139,10 @@ export class FileReader {
   async #fetchInto (inode: MergedInode, position: number, pending: PendingSpan[], out: Buffer): Promise<void> {
     const spans = inode.entry.spans!
     const refs: ChunkRef[] = []
-    const indexes: number[] = []
     const slot = new Map<string, number>()
     for (const p of pending) {
       const ref = this.#ref(inode.layer, spans[p.span]!.chunk)
-      if (!slot.has(ref.digest)) { slot.set(ref.digest, refs.length); refs.push(ref); indexes.push(spans[p.span]!.chunk) }
+      if (!slot.has(ref.digest)) { slot.set(ref.digest, refs.length); refs.push(ref) }
     }
     const chunks = await this.#reader.read(refs)
     for (const p of pending) {
@@ -163,7 +151,6 @@ export class FileReader {
       const from = span.offset + (p.filePos - this.#spanStart(inode, p.span))
       out.set(data.subarray(from, from + p.length), p.filePos - position)
     }
-    if (this.observer !== undefined) for (let k = 0; k < refs.length; k++) this.observer(inode.layer, indexes[k]!, chunks[k]!)
   }
 
   /** Hint the chunks after span `from` of `inode` at prefetch priority. */

@@ -96,17 +96,3 @@ t.test('the metadata table: sorted entries, and the server refuses a damaged one
   await rm(t.testdirName, { recursive: true, force: true })
 })
 
-t.test('reading one small file puts the other files of its chunk into the page cache (no requests for them)', async t => {
-  const img = new MemoryImage()
-  const small = Array.from({ length: 20 }, (_, i) => ({ path: `src/f${i}.js`, type: 'file' as const, content: patternBytes(300 + i * 37, i) }))
-  img.addLayer([{ path: 'src', type: 'dir' }, ...small], { chunkSize: 64 * 1024, stream: true })
-  const dir = join(t.testdirName, 'mnt')
-  const mount = await mountImage({ mountpoint: dir, tocs: img.tocs, reader: new MemoryChunkReader({ store: img.chunks, warm: true }), log: () => {}, fuse: { backend: 'kernel' } })
-  t.teardown(async () => { await mount.unmount(); await rm(t.testdirName, { recursive: true, force: true }) })
-  t.equal((await readdir(join(dir, 'src'))).length, 20, 'listed (READDIRPLUS gives the kernel every inode)')
-  t.same(await readFile(join(dir, 'src/f0.js')), small[0]!.content)
-  const after = mount.serverCounters()!
-  t.ok(after.pushedFiles >= 19, `the chunk's other files were pushed (${after.pushedFiles})`)
-  for (const f of small) t.same(await readFile(join(dir, f.path)), f.content, `${f.path} reads right`)
-  t.equal(mount.serverCounters()!.reads, after.reads, 'and reading them asked for nothing')
-})

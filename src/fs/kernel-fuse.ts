@@ -25,7 +25,6 @@ import type { ErrnoBoundary } from './errno-boundary.js'
 import type { FileReader } from './file-reader.js'
 import { lazyUnmount, setReadAhead, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
 import { encodeKernelFuseTable } from './kernel-fuse-table.js'
-import { SiblingPush } from './sibling-push.js'
 
 const EVENT_INIT = 1
 const EVENT_READ = 2
@@ -51,9 +50,6 @@ export interface KernelFuseCounters {
   opens: number
   reads: number
   repliesFailed: number
-  /** Files put into the page cache before anyone asked (sibling-push.ts), and pushes the kernel refused. */
-  pushedFiles: number
-  pushRefused: number
 }
 
 export interface KernelFuseMount extends FuseMount {
@@ -119,7 +115,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
   let unmounting: Promise<void> | undefined
   return {
     mountpoint,
-    counters: () => ({ ...native.fuseServerCounters(server), pushedFiles: reads.siblings.counters.pushedFiles, pushRefused: reads.siblings.counters.refused }),
+    counters: () => native.fuseServerCounters(server),
     unmount: async () => {
       unmounting ??= (async () => {
         try {
@@ -139,14 +135,11 @@ class ReadServer {
   readonly #context: KernelFuseContext
   readonly #table: ReturnType<typeof encodeKernelFuseTable>
   readonly #bufferBytes: number
-  readonly siblings: SiblingPush
 
   constructor (context: KernelFuseContext, table: ReturnType<typeof encodeKernelFuseTable>, bufferBytes: number) {
     this.#context = context
     this.#table = table
     this.#bufferBytes = bufferBytes
-    this.siblings = new SiblingPush(table.inodes)
-    context.files.observer = (layer, chunk, data) => this.siblings.observe(layer, chunk, data)
   }
 
   read (server: NativeFuseServer, unique: number, nodeid: number, offset: number, size: number): void {
@@ -176,6 +169,5 @@ class ReadServer {
     } finally {
       if (this.#spare.length < SPARE_BUFFERS && buf.length === this.#bufferBytes) this.#spare.push(buf)
     }
-    this.siblings.flush({ store: (nodeid, data, length) => native.fuseServerNotifyStore(server, nodeid, 0, data, length) })
   }
 }
