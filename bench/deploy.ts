@@ -78,7 +78,7 @@ function parseOptions (): Options {
     out: resolve(arg('out', RESULTS_DIR)),
     link: { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs },
     launcher,
-    task: deployTask(arg('task', 'load')),
+    task: deployTask(arg('task', 'read-all')),
     sides,
     parallelNodes: flag('parallel-nodes'),
     diskBytes

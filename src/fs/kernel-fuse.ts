@@ -24,7 +24,7 @@ import { nativeFuseServer, type NativeFuseServer } from '../native.js'
 import type { ErrnoBoundary } from './errno-boundary.js'
 import type { FileReader } from './file-reader.js'
 import { lazyUnmount, setReadAhead, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
-import { encodeKernelFuseTable } from './kernel-fuse-table.js'
+import { encodeKernelFuseTable, type KernelFuseTable } from './kernel-fuse-table.js'
 
 const EVENT_INIT = 1
 const EVENT_READ = 2
@@ -89,7 +89,8 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
     ...(options.defaultPermissions ? ['default_permissions'] : []),
     `max_read=${maxRead}`
   ].join(',')
-  const reads = new ReadServer(context, table, maxRead)
+  // The server keeps its own copy of the table; JS keeps only what reads need (not the bytes).
+  const reads = new ReadServer(context, { inodes: table.inodes, pathOf: table.pathOf }, maxRead)
   let initDone: () => void = () => {}
   const init = new Promise<void>(resolve => { initDone = resolve })
   let server: NativeFuseServer
@@ -133,10 +134,10 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
 class ReadServer {
   readonly #spare: Buffer[] = []
   readonly #context: KernelFuseContext
-  readonly #table: ReturnType<typeof encodeKernelFuseTable>
+  readonly #table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>
   readonly #bufferBytes: number
 
-  constructor (context: KernelFuseContext, table: ReturnType<typeof encodeKernelFuseTable>, bufferBytes: number) {
+  constructor (context: KernelFuseContext, table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>, bufferBytes: number) {
     this.#context = context
     this.#table = table
     this.#bufferBytes = bufferBytes
