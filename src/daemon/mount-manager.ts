@@ -3,11 +3,16 @@
  * node database so a restarted daemon can clean what a killed one left
  * (dead mountpoints answer ENOTCONN) and mount it again.
  *
+ * Images mounted for sandboxes (shared()) are stacks where they can be
+ * (image-stacks.ts): a base shared by every image on the same lower
+ * layers, the top layer, and a read-only overlay of the two.
+ *
  * Metadata of mounted images is pinned in the cache; chunks are not.
  * Decoded layer TOCs are shared by every mount that uses the layer
  * (shared-tocs.ts): images on one base hold the base's TOCs once.
  *
- * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/, this folder.
+ * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/,
+ * src/runtime/overlay/mount-table.ts, this folder.
  */
 import { join, resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'

@@ -140,9 +140,8 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
 /**
  * The backend for `options`: the one asked for (option, else env
  * LAYERD_FUSE_BACKEND), else 'kernel' when it can serve these options.
- * Throws UsageError for an unknown name, UnsupportedError-free: an
- * explicit 'kernel' that cannot run fails later, in mountKernelFuse, with
- * the reason.
+ * Sync. Throws UsageError for an unknown name; an explicit 'kernel' that
+ * cannot run here fails in mountKernelFuse, with the reason.
  */
 export function chooseBackend (options: FuseMountOptions): FuseBackend {
   const asked = options.backend ?? process.env.LAYERD_FUSE_BACKEND

@@ -92,7 +92,11 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
   // The server keeps its own copy of the table; JS keeps only what reads need (not the bytes).
   const reads = new ReadServer(context, { inodes: table.inodes, pathOf: table.pathOf }, maxRead)
   let initDone: () => void = () => {}
-  const init = new Promise<void>(resolve => { initDone = resolve })
+  let closedEarly: () => void = () => {}
+  const init = new Promise<void>((resolve, reject) => {
+    initDone = resolve
+    closedEarly = () => reject(new UsageError(`cannot mount FUSE at ${mountpoint}: the kernel ended the connection before INIT`))
+  })
   let server: NativeFuseServer
   try {
     server = native.fuseServerMount(mountpoint, options.fsName, mountOptions, {
@@ -104,7 +108,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
     }, table.bytes, (kind: number, unique: number, nodeid: number, offset: number, size: number) => {
       if (kind === EVENT_READ) reads.read(server, unique, nodeid, offset, size)
       else if (kind === EVENT_INIT) initDone()
-      else if (kind === EVENT_CLOSED) initDone()
+      else if (kind === EVENT_CLOSED) closedEarly() // after INIT this settles nothing
     })
   } catch (err) {
     throw new UsageError(`cannot mount FUSE at ${mountpoint}: ${describeError(err)}`, { cause: err })
