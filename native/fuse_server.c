@@ -17,7 +17,6 @@
 //     2 = READ request, 3 = the connection ended (unmounted, aborted).
 //   fuseServerReply(server, unique, buffer, length)   READ data
 //   fuseServerReplyError(server, unique, errno)       READ failed (errno > 0)
-//   fuseServerUnmount(mountpoint)                     umount2(MNT_DETACH)
 //   fuseServerCounters(server) -> { requests, reads, ... }
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -627,24 +626,6 @@ static napi_value js_reply_error(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// fuseServerUnmount(mountpoint): lazy detach; open files keep working, the server ends when they close.
-static napi_value js_unmount(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  char mountpoint[4096];
-  size_t len;
-  if (argc < 1 || napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len) != napi_ok || len + 1 >= sizeof mountpoint) {
-    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mountpoint must be a string");
-  }
-  if (umount2(mountpoint, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-    char msg[4400];
-    snprintf(msg, sizeof msg, "umount %s: %s", mountpoint, strerror(errno));
-    return throw_msg(env, strerrorname_np(errno), msg);
-  }
-  return NULL;
-}
-
 static void set_count(napi_env env, napi_value obj, const char *name, uint64_t v) {
   napi_value n;
   napi_create_double(env, (double)v, &n);
@@ -673,7 +654,6 @@ void fuse_server_register(napi_env env, napi_value exports) {
     { "fuseServerMount", 0, js_mount, 0, 0, 0, napi_default, 0 },
     { "fuseServerReply", 0, js_reply, 0, 0, 0, napi_default, 0 },
     { "fuseServerReplyError", 0, js_reply_error, 0, 0, 0, napi_default, 0 },
-    { "fuseServerUnmount", 0, js_unmount, 0, 0, 0, napi_default, 0 },
     { "fuseServerCounters", 0, js_counters, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

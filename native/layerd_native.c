@@ -171,27 +171,37 @@ static napi_value js_mknod(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// mount(source, target, fstype, flags: number, data: string): void — mount(2); flags are MS_* bits.
+// The five arguments of mount(2) from JS, at argv[0..4]: source, target, fstype, flags (MS_* bits), data.
+typedef struct { char source[PATH_BYTES_MAX], target[PATH_BYTES_MAX], fstype[64], data[PATH_BYTES_MAX * 2]; unsigned long flags; } mount_args;
+
+// False (with a pending exception) when an argument is of the wrong type or too long.
+static int get_mount_args(napi_env env, napi_value *argv, mount_args *m) {
+  double flags = 0;
+  if (!get_string(env, argv[0], m->source, sizeof m->source, "source must be a string") ||
+      !get_string(env, argv[1], m->target, sizeof m->target, "target must be a string") ||
+      !get_string(env, argv[2], m->fstype, sizeof m->fstype, "fstype must be a string") ||
+      !get_string(env, argv[4], m->data, sizeof m->data, "data must be a string")) return 0;
+  if (napi_get_value_double(env, argv[3], &flags) != napi_ok || flags < 0) { throw_type(env, "flags must be a number"); return 0; }
+  m->flags = (unsigned long)flags;
+  return 1;
+}
+
+// mount(source, target, fstype, flags: number, data: string): void — mount(2).
 static napi_value js_mount(napi_env env, napi_callback_info info) {
   napi_value argv[5];
-  char source[PATH_BYTES_MAX], target[PATH_BYTES_MAX], fstype[64], data[PATH_BYTES_MAX * 2];
-  if (!get_args(env, info, 5, argv) || !get_string(env, argv[0], source, sizeof source, "source must be a string") ||
-      !get_string(env, argv[1], target, sizeof target, "target must be a string") ||
-      !get_string(env, argv[2], fstype, sizeof fstype, "fstype must be a string") ||
-      !get_string(env, argv[4], data, sizeof data, "data must be a string")) return NULL;
-  double flags = 0;
-  if (napi_get_value_double(env, argv[3], &flags) != napi_ok || flags < 0) return throw_type(env, "flags must be a number");
-  if (mount(source, target, fstype, (unsigned long)flags, data) != 0) return throw_errno(env, errno, "mount", target);
+  mount_args m;
+  if (!get_args(env, info, 5, argv) || !get_mount_args(env, argv, &m)) return NULL;
+  if (mount(m.source, m.target, m.fstype, m.flags, m.data) != 0) return throw_errno(env, errno, "mount", m.target);
   return NULL;
 }
 
-typedef struct { const char *cwd, *source, *target, *fstype, *data; unsigned long flags; int err; } mount_at_job;
+typedef struct { const char *cwd; const mount_args *m; int err; } mount_at_job;
 
 static void *mount_at_thread(void *arg) {
   mount_at_job *j = arg;
   // A cwd of this thread's own: chdir here moves no other thread.
   if (unshare(CLONE_FS) != 0 || chdir(j->cwd) != 0) { j->err = errno; return NULL; }
-  j->err = mount(j->source, j->target, j->fstype, j->flags, j->data) == 0 ? 0 : errno;
+  j->err = mount(j->m->source, j->m->target, j->m->fstype, j->m->flags, j->m->data) == 0 ? 0 : errno;
   return NULL;
 }
 
@@ -200,19 +210,15 @@ static void *mount_at_thread(void *arg) {
 // absolute host path. Runs on a short-lived thread with its own cwd (unshare(CLONE_FS)).
 static napi_value js_mount_at(napi_env env, napi_callback_info info) {
   napi_value argv[6];
-  char cwd[PATH_BYTES_MAX], source[PATH_BYTES_MAX], target[PATH_BYTES_MAX], fstype[64], data[PATH_BYTES_MAX * 2];
+  char cwd[PATH_BYTES_MAX];
+  mount_args m;
   if (!get_args(env, info, 6, argv) || !get_string(env, argv[0], cwd, sizeof cwd, "cwd must be a string") ||
-      !get_string(env, argv[1], source, sizeof source, "source must be a string") ||
-      !get_string(env, argv[2], target, sizeof target, "target must be a string") ||
-      !get_string(env, argv[3], fstype, sizeof fstype, "fstype must be a string") ||
-      !get_string(env, argv[5], data, sizeof data, "data must be a string")) return NULL;
-  double flags = 0;
-  if (napi_get_value_double(env, argv[4], &flags) != napi_ok || flags < 0) return throw_type(env, "flags must be a number");
-  mount_at_job job = { cwd, source, target, fstype, data, (unsigned long)flags, 0 };
+      !get_mount_args(env, argv + 1, &m)) return NULL;
+  mount_at_job job = { cwd, &m, 0 };
   pthread_t t;
-  if (pthread_create(&t, NULL, mount_at_thread, &job) != 0) return throw_errno(env, EAGAIN, "pthread_create", target);
+  if (pthread_create(&t, NULL, mount_at_thread, &job) != 0) return throw_errno(env, EAGAIN, "pthread_create", m.target);
   pthread_join(t, NULL);
-  if (job.err != 0) return throw_errno(env, job.err, "mount", target);
+  if (job.err != 0) return throw_errno(env, job.err, "mount", m.target);
   return NULL;
 }
 
@@ -232,15 +238,11 @@ static napi_value js_umount2(napi_env env, napi_callback_info info) {
 // mount(2) of it. The device stays open until the mount holds it, so it cannot clear itself before.
 static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
   napi_value argv[5];
-  char file[PATH_BYTES_MAX], target[PATH_BYTES_MAX], fstype[64], data[PATH_BYTES_MAX], dev[64];
-  if (!get_args(env, info, 5, argv) || !get_string(env, argv[0], file, sizeof file, "file must be a string") ||
-      !get_string(env, argv[1], target, sizeof target, "target must be a string") ||
-      !get_string(env, argv[2], fstype, sizeof fstype, "fstype must be a string") ||
-      !get_string(env, argv[4], data, sizeof data, "data must be a string")) return NULL;
-  double flags = 0;
-  if (napi_get_value_double(env, argv[3], &flags) != napi_ok || flags < 0) return throw_type(env, "flags must be a number");
-  int backing = open(file, O_RDWR | O_CLOEXEC);
-  if (backing < 0) return throw_errno(env, errno, "open", file);
+  mount_args m;  // m.source is the backing file
+  char dev[64];
+  if (!get_args(env, info, 5, argv) || !get_mount_args(env, argv, &m)) return NULL;
+  int backing = open(m.source, O_RDWR | O_CLOEXEC);
+  if (backing < 0) return throw_errno(env, errno, "open", m.source);
   int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
   if (ctl < 0) { int e = errno; close(backing); return throw_errno(env, e, "open", "/dev/loop-control"); }
   int err = EBUSY;
@@ -259,13 +261,13 @@ static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
       close(loop);
       continue;
     }
-    err = mount(dev, target, fstype, (unsigned long)flags, data) == 0 ? 0 : errno;
+    err = mount(dev, m.target, m.fstype, m.flags, m.data) == 0 ? 0 : errno;
     close(loop);  // the last close without a mount clears the device (autoclear)
     break;
   }
   close(ctl);
   close(backing);
-  if (err != 0) return throw_errno(env, err, "mount", target);
+  if (err != 0) return throw_errno(env, err, "mount", m.target);
   return NULL;
 }
 

@@ -48,8 +48,6 @@ export interface NativeFuseServerBinding {
   fuseServerReply (server: NativeFuseServer, unique: number, data: Buffer, length: number): void
   /** `errno` positive. */
   fuseServerReplyError (server: NativeFuseServer, unique: number, errno: number): void
-  /** umount2(MNT_DETACH). */
-  fuseServerUnmount (mountpoint: string): void
   fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
 }
 
@@ -94,7 +92,6 @@ export const MS_NOATIME = 1024
 /** umount2(2) flag: detach now, clean up when no longer busy. */
 export const MNT_DETACH = 2
 
-/** The addon's mount calls, or undefined when the addon is missing or older (callers then run mount(8)). Sync. */
 export interface NativeMounts {
   /** mount(2). Throws errno errors. */
   mount: (source: string, target: string, fstype: string, flags: number, data: string) => void
@@ -106,11 +103,12 @@ export interface NativeMounts {
   mountAt: (cwd: string, source: string, target: string, fstype: string, flags: number, data: string) => void
 }
 
-/** The addon's mount calls, or undefined when the addon is missing or older (callers then run mount(8)). Sync. */
-export function nativeMounts (): NativeMounts | undefined {
-  let b: NativeBinding
-  try { b = load() } catch { return undefined }
-  if (b.mount === undefined || b.umount2 === undefined || b.mountLoop === undefined || b.mountAt === undefined) return undefined
+/** The addon's mount calls. Sync; throws UnsupportedError when the addon is missing or older than version 3. */
+export function nativeMounts (): NativeMounts {
+  const b = load()
+  if (b.mount === undefined || b.umount2 === undefined || b.mountLoop === undefined || b.mountAt === undefined) {
+    throw new UnsupportedError('layerd native addon has no mount calls (built before version 3): run `npm run build`')
+  }
   return { mount: b.mount.bind(b), umount2: b.umount2.bind(b), mountLoop: b.mountLoop.bind(b), mountAt: b.mountAt.bind(b) }
 }
 

@@ -17,10 +17,8 @@
  *
  * May import: src/errors.ts, src/native.ts, src/format/, src/fs/, src/cache/ (types), this folder.
  */
-import { execFile } from 'node:child_process'
 import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import { UnsupportedError, describeError } from '../errors.js'
 import { digestHex, sha256Hex, type Digest } from '../format/digest.js'
 import { layerKey } from '../format/keys.js'
@@ -33,8 +31,6 @@ import { MNT_DETACH, MS_NODEV, MS_NOSUID, MS_RDONLY, nativeMounts } from '../nat
 import { BlobNeighbours } from './blob-neighbours.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import type { SharedTocs } from './shared-tocs.js'
-
-const run = promisify(execFile)
 
 /** Overlay options for a read-only stack: nothing below may redirect lookups; no index, no xino (inode numbers of the FUSE layers are small). */
 const STACK_OVERLAY_OPTIONS = 'redirect_dir=off,index=off,metacopy=off,xino=off'
@@ -101,14 +97,6 @@ export class ImageStacks {
     }
   }
 
-  /** Every base (daemon shutdown). Async. */
-  async releaseAll (): Promise<void> {
-    for (const [key, entry] of [...this.#bases]) {
-      entry.users = 1
-      await this.releaseBase(key)
-    }
-  }
-
   async #mountBase (key: string, tocs: LayerToc[], fetcher: ChunkFetcher, storeName: string): Promise<BaseMount> {
     const mountpoint = join(this.sharedDir, `base-${key}`)
     let neighbours: BlobNeighbours | undefined
@@ -133,22 +121,14 @@ export async function mountStackOverlay (mountpoint: string, top: string, base: 
   const data = `${STACK_OVERLAY_OPTIONS},lowerdir=${top}:${base}`
   try {
     await mkdir(mountpoint, { recursive: true })
-    const sys = nativeMounts()
     // nosuid, nodev: as the FUSE mounts below; an image's setuid files and device nodes are inert on the host.
-    if (sys !== undefined) sys.mount('layerd-stack', mountpoint, 'overlay', MS_RDONLY | MS_NOSUID | MS_NODEV, data)
-    else await run('mount', ['-t', 'overlay', '-o', `ro,nosuid,nodev,${data}`, 'layerd-stack', mountpoint])
+    nativeMounts().mount('layerd-stack', mountpoint, 'overlay', MS_RDONLY | MS_NOSUID | MS_NODEV, data)
   } catch (err) {
-    const e = err as { stderr?: string }
-    throw new UnsupportedError(`cannot stack ${top} over ${base} at ${mountpoint}: ${(e.stderr ?? describeError(err)).trim()}`, { cause: err })
+    throw new UnsupportedError(`cannot stack ${top} over ${base} at ${mountpoint}: ${describeError(err)}`, { cause: err })
   }
 }
 
 /** Detach the overlay at `mountpoint` (lazily: sandboxes on it keep working). Async; never throws for "not mounted". */
 export async function unmountStackOverlay (mountpoint: string): Promise<void> {
-  const sys = nativeMounts()
-  if (sys !== undefined) {
-    try { sys.umount2(mountpoint, MNT_DETACH) } catch {}
-    return
-  }
-  await run('umount', ['-l', mountpoint]).catch(() => {})
+  try { nativeMounts().umount2(mountpoint, MNT_DETACH) } catch {}
 }

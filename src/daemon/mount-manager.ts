@@ -105,7 +105,7 @@ export class MountManager {
     const started = performance.now()
     const mountpoint = resolve(req.mountpoint)
     this.#refuseMounted(req.image, mountpoint)
-    const loc: StoreLocation = { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+    const loc = locationOf(req)
     const loaded = preloaded ?? await this.#load(loc, req.image)
     const m = await this.#mountLayers(loc, mountpoint, req.image, loaded, loaded.manifest.layers.map(l => l.digest), loaded.tocs, undefined, started)
     this.#db.prepare('INSERT OR REPLACE INTO mounts VALUES (?, ?, ?, ?, ?, ?)')
@@ -159,7 +159,7 @@ export class MountManager {
   async #mountShared (req: MountRequest): Promise<MountInfo> {
     const started = performance.now()
     const mountpoint = resolve(req.mountpoint)
-    const loc: StoreLocation = { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+    const loc = locationOf(req)
     const loaded = await this.#load(loc, req.image)
     const layers = loaded.manifest.layers.map(l => l.digest)
     const topPath = `${mountpoint}.top`
@@ -298,6 +298,11 @@ export class MountManager {
     if (m === undefined) throw new NotFoundError(`${resolve(mountpoint)} is not a layerd mount`)
     return m
   }
+}
+
+/** The store part of a request. */
+function locationOf (req: MountRequest): StoreLocation {
+  return { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
 }
 
 /** Every distinct chunk an image references, in blob order (so prefetch GETs merge). */

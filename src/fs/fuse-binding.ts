@@ -218,9 +218,14 @@ function loadBinding (): BindingClass {
   return bindingClass
 }
 
+/** Throws UsageError unless `name` can be a FUSE fsname and subtype (no commas or spaces in mount options). */
+export function checkFsName (name: string): void {
+  if (!/^[A-Za-z0-9._-]+$/.test(name)) throw new UsageError(`FUSE fsName ${JSON.stringify(name)} must be letters, digits, '.', '_' or '-'`)
+}
+
 /** The `-o` option string for libfuse 2 (fuse_mount and fuse_new parse the same list). */
 export function fuseOptionString (o: FuseMountOptions): string {
-  if (!/^[A-Za-z0-9._-]+$/.test(o.fsName)) throw new UsageError(`FUSE fsName ${JSON.stringify(o.fsName)} must be letters, digits, '.', '_' or '-'`)
+  checkFsName(o.fsName)
   const opts = [
     `fsname=${o.fsName}`, `subtype=${o.fsName}`,
     'use_ino', // st_ino from getattr, not libfuse's own node ids: stable numbers, hardlinks share one

@@ -43,6 +43,16 @@ export interface FuseOpsContext {
   kernelReadOnly: boolean
 }
 
+/**
+ * The errno for a read whose fetch failed, logged with the chunks it was
+ * waiting for. Shared by both backends' read paths. Never throws.
+ */
+export function fetchFailureErrno (files: FileReader, boundary: ErrnoBoundary, err: unknown, inode: MergedInode, position: number, length: number, path: string): number {
+  let detail: string | undefined
+  try { detail = `chunks ${files.missingChunks(inode, position, length).join(', ')}` } catch { detail = undefined }
+  return boundary.errno(err, 'read', path, detail)
+}
+
 /** Build the ops table (see the module doc for what it leaves out). Sync; the table holds no state of its own. */
 export function createFuseOps (context: FuseOpsContext): FuseOperations {
   const ops = createAllOps(context)
@@ -157,11 +167,7 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       } catch (err) { result = boundary.errno(err, 'read', path) }
       if (typeof result === 'number') return cb(result)
       const reading = inode!
-      result.then(cb, (err: unknown) => {
-        let detail: string | undefined
-        try { detail = `chunks ${files.missingChunks(reading, position, length).join(', ')}` } catch { detail = undefined }
-        cb(boundary.errno(err, 'read', path, detail))
-      })
+      result.then(cb, (err: unknown) => cb(fetchFailureErrno(files, boundary, err, reading, position, length, path)))
     },
 
     release (path, fd, cb) { cb(0) },

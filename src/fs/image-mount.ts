@@ -112,7 +112,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   let fuse: FuseMount
   let serverCounters: () => KernelFuseCounters | undefined = () => undefined
   if (backend === 'kernel') {
-    const kernel = await mountKernelFuse(mountpoint, { tree, files, boundary }, fuseOptions)
+    const kernel = await mountKernelFuse(mountpoint, { view, files, boundary }, fuseOptions)
     serverCounters = kernel.counters
     fuse = kernel
   } else {

@@ -61,6 +61,13 @@ export function makedev (major: number, minor: number): number {
   return (((major & 0xfff) << 8) | (minor & 0xff) | ((minor & 0xfff00) << 12)) >>> 0
 }
 
+/** A directory's children in listing order (name bytes), with their names as bytes. Sync. */
+export function sortedChildren (children: Map<string, MergedNode>): { nodes: MergedNode[], names: Buffer[] } {
+  const keyed = [...children.values()].map(node => ({ node, name: Buffer.from(node.name) }))
+  keyed.sort((a, b) => Buffer.compare(a.name, b.name))
+  return { nodes: keyed.map(k => k.node), names: keyed.map(k => k.name) }
+}
+
 export class ImageView {
   readonly tree: MergedTree
   /** Bytes of regular-file content, each inode once. */
@@ -211,10 +218,7 @@ export class ImageView {
   }
 
   #sortChildren (ino: number, children: Map<string, MergedNode>): MergedNode[] {
-    const kids = [...children.values()]
-    const keys = kids.map(k => Buffer.from(k.name))
-    const order = kids.map((_, i) => i).sort((a, b) => Buffer.compare(keys[a]!, keys[b]!))
-    const sorted = order.map(i => kids[i]!)
+    const sorted = sortedChildren(children).nodes
     this.#sortedChildren[ino] = sorted
     return sorted
   }

@@ -27,8 +27,8 @@
  *
  * May import: src/format/, ./image-view.ts.
  */
-import type { MergedInode, MergedNode, MergedTree } from '../format/merge.js'
-import { BLOCK_SIZE, DIR_SIZE, MAX_NAME_BYTES, STAT_BLOCK_BYTES, TYPE_BITS, makedev } from './image-view.js'
+import type { MergedInode, MergedNode } from '../format/merge.js'
+import { DIR_SIZE, MAX_NAME_BYTES, STAT_BLOCK_BYTES, TYPE_BITS, makedev, sortedChildren, type ImageView } from './image-view.js'
 
 const MAGIC = 0x5446444c
 const VERSION = 1
@@ -63,8 +63,9 @@ function writeI64 (b: Buffer, v: number, at: number): void {
 
 interface DirInfo { node: MergedNode, parent: number, kids: MergedNode[], names: Buffer[] }
 
-/** Encode `tree`. Sync; O(entries · log entries) for the sorted listings. Throws RangeError for a name longer than 255 bytes. */
-export function encodeKernelFuseTable (tree: MergedTree): KernelFuseTable {
+/** Encode `view`'s tree (statfs figures from the view). Sync; O(entries · log entries) for the sorted listings. Throws RangeError for a name longer than 255 bytes. */
+export function encodeKernelFuseTable (view: ImageView): KernelFuseTable {
+  const tree = view.tree
   const nodeCount = tree.inodes.length - 1
   const reachable: Array<MergedInode | undefined> = new Array(nodeCount + 1)
   const dirs: Array<DirInfo | undefined> = new Array(nodeCount + 1)
@@ -85,11 +86,9 @@ export function encodeKernelFuseTable (tree: MergedTree): KernelFuseTable {
     names[ino] = node.name
     parents[ino] = parent
     if (node.children === undefined) continue
-    const kids = [...node.children.values()]
-    const keyed = kids.map(k => ({ k, b: Buffer.from(k.name) }))
-    keyed.sort((a, b) => Buffer.compare(a.b, b.b))
-    for (const { b } of keyed) if (b.length > MAX_NAME_BYTES) throw new RangeError(`name longer than ${MAX_NAME_BYTES} bytes below inode ${ino}`)
-    dirs[ino] = { node, parent, kids: keyed.map(x => x.k), names: keyed.map(x => x.b) }
+    const { nodes: kids, names: kidNames } = sortedChildren(node.children)
+    for (const b of kidNames) if (b.length > MAX_NAME_BYTES) throw new RangeError(`name longer than ${MAX_NAME_BYTES} bytes below inode ${ino}`)
+    dirs[ino] = { node, parent, kids, names: kidNames }
     direntCount += kids.length
     for (const k of kids) stack.push([k, ino])
   }
@@ -105,12 +104,9 @@ export function encodeKernelFuseTable (tree: MergedTree): KernelFuseTable {
   const xattrs = Buffer.alloc(XATTR_BYTES * xattrCount)
   let dirent = 0
   let xattr = 0
-  let imageBytes = 0
-  let files = 0
   for (let ino = 1; ino <= nodeCount; ino++) {
     const inode = reachable[ino]
     if (inode === undefined) continue
-    files++
     const e = inode.entry
     const at = ino * NODE_BYTES
     let first = 0
@@ -135,8 +131,6 @@ export function encodeKernelFuseTable (tree: MergedTree): KernelFuseTable {
       size = target.length
       first = addString(target)
       count = target.length
-    } else {
-      imageBytes += e.size
     }
     let xattrFirst = 0
     let xattrsHere = 0
@@ -178,8 +172,9 @@ export function encodeKernelFuseTable (tree: MergedTree): KernelFuseTable {
   header.writeUInt32LE(xattrCount, 16)
   header.writeUInt32LE(stringsBytes, 20)
   header.writeUInt32LE(xattrCount > 0 ? FLAG_HAS_XATTRS : 0, 24)
-  writeU64(header, Math.ceil(imageBytes / BLOCK_SIZE), 32)
-  writeU64(header, files, 40)
+  const statfs = view.statfs()
+  writeU64(header, statfs.blocks, 32)
+  writeU64(header, statfs.files, 40)
 
   const pathOf = (nodeid: number): string => {
     const parts: string[] = []

@@ -12,6 +12,7 @@ import { mountImage, type ImageMount } from './image-mount.js'
 import { encodeKernelFuseTable } from './kernel-fuse-table.js'
 import { kernelFuseUnavailable } from './kernel-fuse.js'
 import { DEFAULT_FUSE_OPTIONS } from './image-mount.js'
+import { ImageView } from './image-view.js'
 import { MemoryChunkReader } from './memory-chunk-reader.js'
 import { MemoryImage, patternBytes } from './memory-image.js'
 
@@ -79,7 +80,7 @@ t.test('cold reads through the kernel backend fetch, and the counters show them'
 
 t.test('the metadata table: sorted entries, and the server refuses a damaged one', async t => {
   const tree = mergeLayers(image().tocs)
-  const table = encodeKernelFuseTable(tree)
+  const table = encodeKernelFuseTable(new ImageView(tree))
   t.equal(table.bytes.readUInt32LE(0), 0x5446444c, 'magic')
   t.equal(table.bytes.readUInt32LE(8), tree.inodes.length - 1, 'one node per inode number')
   t.equal(table.pathOf(tree.root.children!.get('dir')!.children!.get('b')!.inode.ino), '/dir/b')

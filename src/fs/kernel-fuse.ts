@@ -19,11 +19,12 @@
  */
 import { constants as osConstants } from 'node:os'
 import { UnsupportedError, UsageError, describeError } from '../errors.js'
-import type { MergedTree } from '../format/merge.js'
-import { nativeFuseServer, type NativeFuseServer } from '../native.js'
+import { MNT_DETACH, nativeFuseServer, nativeMounts, type NativeFuseServer, type NativeFuseServerBinding } from '../native.js'
 import type { ErrnoBoundary } from './errno-boundary.js'
 import type { FileReader } from './file-reader.js'
-import { lazyUnmount, setReadAhead, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
+import { checkFsName, lazyUnmount, setReadAhead, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
+import { fetchFailureErrno } from './fuse-ops.js'
+import type { ImageView } from './image-view.js'
 import { encodeKernelFuseTable, type KernelFuseTable } from './kernel-fuse-table.js'
 
 const EVENT_INIT = 1
@@ -37,7 +38,7 @@ const SPARE_BUFFERS = 8
 const { EIO, ENOENT } = osConstants.errno
 
 export interface KernelFuseContext {
-  tree: MergedTree
+  view: ImageView
   files: FileReader
   boundary: ErrnoBoundary
 }
@@ -71,7 +72,7 @@ export function kernelFuseUnavailable (options: FuseMountOptions): string | unde
 }
 
 /**
- * Mount `context.tree` at `mountpoint` (an existing, empty, unmounted
+ * Mount `context.view`'s tree at `mountpoint` (an existing, empty, unmounted
  * directory) and serve it. Async; resolves once the kernel's INIT is
  * answered. Rejects with UnsupportedError when the backend is unavailable,
  * UsageError when the mount fails (the kernel's reason included).
@@ -79,9 +80,9 @@ export function kernelFuseUnavailable (options: FuseMountOptions): string | unde
 export async function mountKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions): Promise<KernelFuseMount> {
   const why = kernelFuseUnavailable(options)
   if (why !== undefined) throw new UnsupportedError(`the kernel FUSE backend cannot mount ${mountpoint}: ${why}`)
-  if (!/^[A-Za-z0-9._-]+$/.test(options.fsName)) throw new UsageError(`FUSE fsName ${JSON.stringify(options.fsName)} must be letters, digits, '.', '_' or '-'`)
+  checkFsName(options.fsName)
   const native = nativeFuseServer()
-  const table = encodeKernelFuseTable(context.tree)
+  const table = encodeKernelFuseTable(context.view)
   const maxPages = Math.min(MAX_PAGES, Math.max(1, Math.ceil(options.maxReadBytes / PAGE_BYTES)))
   const maxRead = maxPages * PAGE_BYTES
   const mountOptions = [
@@ -90,7 +91,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
     `max_read=${maxRead}`
   ].join(',')
   // The server keeps its own copy of the table; JS keeps only what reads need (not the bytes).
-  const reads = new ReadServer(context, { inodes: table.inodes, pathOf: table.pathOf }, maxRead)
+  const reads = new ReadServer(native, context, { inodes: table.inodes, pathOf: table.pathOf }, maxRead)
   let initDone: () => void = () => {}
   let closedEarly: () => void = () => {}
   const init = new Promise<void>((resolve, reject) => {
@@ -106,13 +107,14 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
       maxPages,
       maxReadahead: Math.max(maxRead, (options.readAheadKiB ?? 0) * 1024)
     }, table.bytes, (kind: number, unique: number, nodeid: number, offset: number, size: number) => {
-      if (kind === EVENT_READ) reads.read(server, unique, nodeid, offset, size)
+      if (kind === EVENT_READ) reads.read(unique, nodeid, offset, size)
       else if (kind === EVENT_INIT) initDone()
       else if (kind === EVENT_CLOSED) closedEarly() // after INIT this settles nothing
     })
   } catch (err) {
     throw new UsageError(`cannot mount FUSE at ${mountpoint}: ${describeError(err)}`, { cause: err })
   }
+  reads.server = server
   // The server's threads do not hold the event loop; this timer does, until the kernel's INIT arrives.
   const keepAlive = setInterval(() => {}, 60_000)
   try { await init } finally { clearInterval(keepAlive) }
@@ -124,7 +126,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
     unmount: async () => {
       unmounting ??= (async () => {
         try {
-          native.fuseServerUnmount(mountpoint)
+          nativeMounts().umount2(mountpoint, MNT_DETACH) // lazy: open files keep reading; the server ends when they close
         } catch (err) {
           await lazyUnmount(mountpoint, err as Error)
         }
@@ -136,41 +138,41 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
 
 /** READ requests: FileReader into a buffer, the reply straight to /dev/fuse. */
 class ReadServer {
+  /** Set once the mount exists; no READ arrives before. */
+  server!: NativeFuseServer
   readonly #spare: Buffer[] = []
+  readonly #native: NativeFuseServerBinding
   readonly #context: KernelFuseContext
   readonly #table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>
   readonly #bufferBytes: number
 
-  constructor (context: KernelFuseContext, table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>, bufferBytes: number) {
+  constructor (native: NativeFuseServerBinding, context: KernelFuseContext, table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>, bufferBytes: number) {
+    this.#native = native
     this.#context = context
     this.#table = table
     this.#bufferBytes = bufferBytes
   }
 
-  read (server: NativeFuseServer, unique: number, nodeid: number, offset: number, size: number): void {
-    const native = nativeFuseServer()
+  read (unique: number, nodeid: number, offset: number, size: number): void {
     const inode = this.#table.inodes[nodeid]
-    if (inode === undefined) { native.fuseServerReplyError(server, unique, ENOENT); return }
+    if (inode === undefined) { this.#native.fuseServerReplyError(this.server, unique, ENOENT); return }
     const buf = this.#spare.pop() ?? Buffer.allocUnsafeSlow(Math.max(this.#bufferBytes, size))
+    const { files, boundary } = this.#context
     let result: number | Promise<number>
     try {
-      result = this.#context.files.read(inode, offset, size, buf)
+      result = files.read(inode, offset, size, buf)
     } catch (err) {
-      result = this.#context.boundary.errno(err, 'read', this.#table.pathOf(nodeid))
+      result = boundary.errno(err, 'read', this.#table.pathOf(nodeid))
     }
-    if (typeof result === 'number') { this.#answer(server, unique, buf, result); return }
-    result.then(n => this.#answer(server, unique, buf, n), (err: unknown) => {
-      let detail: string | undefined
-      try { detail = `chunks ${this.#context.files.missingChunks(inode, offset, size).join(', ')}` } catch { detail = undefined }
-      this.#answer(server, unique, buf, this.#context.boundary.errno(err, 'read', this.#table.pathOf(nodeid), detail))
-    })
+    if (typeof result === 'number') { this.#answer(unique, buf, result); return }
+    result.then(n => this.#answer(unique, buf, n),
+      (err: unknown) => this.#answer(unique, buf, fetchFailureErrno(files, boundary, err, inode, offset, size, this.#table.pathOf(nodeid))))
   }
 
-  #answer (server: NativeFuseServer, unique: number, buf: Buffer, result: number): void {
-    const native = nativeFuseServer()
+  #answer (unique: number, buf: Buffer, result: number): void {
     try {
-      if (result >= 0) native.fuseServerReply(server, unique, buf, result)
-      else native.fuseServerReplyError(server, unique, -result || EIO)
+      if (result >= 0) this.#native.fuseServerReply(this.server, unique, buf, result)
+      else this.#native.fuseServerReplyError(this.server, unique, -result || EIO)
     } finally {
       if (this.#spare.length < SPARE_BUFFERS && buf.length === this.#bufferBytes) this.#spare.push(buf)
     }

@@ -4,12 +4,11 @@
  * deepest first. Teardown is driven by the kernel's table rather than by
  * what set-up remembers, so it also cleans up after a crashed caller.
  *
- * May import: src/errors.ts, src/native.ts, ../process/host-command.ts, node built-ins.
+ * May import: src/errors.ts, src/native.ts, node built-ins.
  */
 import { readFile } from 'node:fs/promises'
 import { resolve } from 'node:path'
 import { UnsupportedError } from '../../errors.js'
-import { runHost } from '../process/host-command.js'
 import { MNT_DETACH, nativeMounts } from '../../native.js'
 
 /** mountinfo escapes space, tab, newline and backslash as \ooo. */
@@ -34,26 +33,18 @@ export async function mountsUnder (dir: string): Promise<string[]> {
 /**
  * Unmount everything at or below `dir`, deepest first; a busy mount is
  * detached lazily (MNT_DETACH) so teardown never hangs on a stuck reader.
- * Loop devices mounted with `-o loop` are released by the kernel on the
- * last unmount (autoclear). Idempotent. Async; throws UnsupportedError if
+ * Loop devices set up to clear themselves (`mount -o loop`, mountLoop)
+ * are released by the kernel on the last unmount. Idempotent. Async; throws UnsupportedError if
  * a mount is still present afterwards.
  */
 export async function unmountAllUnder (dir: string): Promise<void> {
   for (let round = 0; round < 3; round++) {
     const mounts = await mountsUnder(dir)
     if (mounts.length === 0) return
+    // umount2(2) from the addon: a spawn of umount(8) forks the caller.
     const sys = nativeMounts()
-    if (sys !== undefined) {
-      // umount2(2) directly: a spawn of umount(8) forks the caller.
-      for (const m of mounts) {
-        try { sys.umount2(m, 0) } catch { try { sys.umount2(m, MNT_DETACH) } catch {} }
-      }
-      continue
-    }
-    // The common case in one round trip; on any failure, one by one with a lazy fallback.
-    if (round === 0 && await runHost('umount', mounts).then(() => true, () => false)) continue
     for (const m of mounts) {
-      await runHost('umount', [m]).catch(async () => await runHost('umount', ['-l', m]).catch(() => {}))
+      try { sys.umount2(m, 0) } catch { try { sys.umount2(m, MNT_DETACH) } catch {} }
     }
   }
   const left = await mountsUnder(dir)

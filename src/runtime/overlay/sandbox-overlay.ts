@@ -85,10 +85,7 @@ const OVERLAY_FLAGS = 'redirect_dir=off,index=off,metacopy=off,xino=off,volatile
  */
 async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskBytes: number, inodes: number): Promise<void> {
   const p = overlayPaths(stateDir)
-  const host = async (cmd: string, args: string[]): Promise<void> => {
-    await runHost(cmd, args, { cwd: stateDir, what: `Cannot set up the writable layer of ${stateDir}: ${cmd} ${args.join(' ')}` })
-  }
-  // mount(2) from the addon where it can (a spawn of mount(8) forks the caller).
+  // mount(2) from the addon: a spawn of mount(8) forks the caller.
   const sys = nativeMounts()
   await rm(p.lowerLink, { force: true })
   await symlink(lower, p.lowerLink)
@@ -96,13 +93,11 @@ async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskByt
   if (quota === 'loop-ext4') {
     const image = await open(p.diskImage, 'w')
     try { await image.truncate(diskBytes) } finally { await image.close() }
-    await host('mkfs.ext4', ['-q', '-F', '-O', '^has_journal', '-E', 'lazy_itable_init=1,nodiscard', '-m', '0', '-b', '4096', '-N', String(inodes), 'disk.img'])
-    if (sys !== undefined) sys.mountLoop(p.diskImage, p.diskDir, 'ext4', MS_NOSUID | MS_NODEV | MS_NOATIME, '')
-    else await host('mount', ['-t', 'ext4', '-o', 'loop,nosuid,nodev,noatime', 'disk.img', 'disk'])
+    await runHost('mkfs.ext4', ['-q', '-F', '-O', '^has_journal', '-E', 'lazy_itable_init=1,nodiscard', '-m', '0', '-b', '4096', '-N', String(inodes), 'disk.img'],
+      { cwd: stateDir, what: `Cannot set up the writable layer of ${stateDir}: mkfs.ext4` })
+    sys.mountLoop(p.diskImage, p.diskDir, 'ext4', MS_NOSUID | MS_NODEV | MS_NOATIME, '')
   } else {
-    const data = `size=${diskBytes},nr_inodes=${inodes},mode=0755`
-    if (sys !== undefined) sys.mount('tmpfs', p.diskDir, 'tmpfs', MS_NOSUID | MS_NODEV, data)
-    else await host('mount', ['-t', 'tmpfs', '-o', `${data},nosuid,nodev`, 'tmpfs', 'disk'])
+    sys.mount('tmpfs', p.diskDir, 'tmpfs', MS_NOSUID | MS_NODEV, `size=${diskBytes},nr_inodes=${inodes},mode=0755`)
   }
   // The upper's root takes the image root's owner and mode, as the merged root shows them.
   const root = await stat(lower)
@@ -112,9 +107,7 @@ async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskByt
   await chmod(p.upperDir, root.mode & 0o7777)
   await mkdir(p.merged, { recursive: true })
   // Relative paths: the sandbox's own mount table (/proc/mounts) then shows no host path.
-  const options = `lowerdir=lower,upperdir=disk/upper,workdir=disk/work,${OVERLAY_FLAGS}`
-  if (sys !== undefined) sys.mountAt(stateDir, 'overlay', 'rootfs', 'overlay', MS_NOSUID | MS_NODEV, options)
-  else await host('mount', ['-t', 'overlay', '-o', `${options},nosuid,nodev`, 'overlay', 'rootfs'])
+  sys.mountAt(stateDir, 'overlay', 'rootfs', 'overlay', MS_NOSUID | MS_NODEV, `lowerdir=lower,upperdir=disk/upper,workdir=disk/work,${OVERLAY_FLAGS}`)
 }
 
 /**
