@@ -167,6 +167,27 @@ t.test('FastCdcChunker.push() returns views of the input for chunks inside one p
     'a flushed chunker starts a fresh stream')
 })
 
+for (const [name, make] of [['FastCdcChunker', () => new FastCdcChunker(OPTS_16K)], ['FixedSizeChunker', () => new FixedSizeChunker(40 * KIB)]] as const) {
+  t.test(`${name}.detach() lets the caller overwrite the buffers it pushed`, async t => {
+    const data = seededBytes(700 * KIB, 11)
+    const expected = chunkInPieces(make(), data, () => 7 * KIB)
+    const chunker: Chunker = make()
+    const reused = new Uint8Array(7 * KIB) // one buffer for every piece, as the push workers reuse theirs
+    const got: Uint8Array[] = []
+    for (let at = 0; at < data.length; at += reused.length) {
+      const piece = reused.subarray(0, Math.min(reused.length, data.length - at))
+      piece.set(data.subarray(at, at + piece.length))
+      for (const c of chunker.push(piece)) got.push(c.slice())
+      chunker.detach()
+      reused.fill(0xee) // what the next piece would do to a view the chunker kept
+    }
+    const last = chunker.flush()
+    if (last !== undefined) got.push(last.slice())
+    t.equal(chunkListDigest(got), chunkListDigest(expected), 'same chunks, same bytes')
+    t.ok(got.length > 10)
+  })
+}
+
 t.test('FastCdcChunker constructor rejects sizes that cannot work', async t => {
   t.throws(() => new FastCdcChunker({ minSize: 4096, avgSize: 10000, maxSize: 65536 }), UsageError)
   t.throws(() => new FastCdcChunker({ minSize: 32, avgSize: 1024, maxSize: 4096 }), /64 <= min < avg < max/)

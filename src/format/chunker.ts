@@ -56,6 +56,12 @@ export interface Chunker {
    * new stream (for example the next file).
    */
   flush: () => Uint8Array | undefined
+  /**
+   * Copy the bytes of the open chunk into memory the chunker owns, so the
+   * buffers earlier pushes passed in may be reused at once (at most maxSize
+   * bytes per open chunk).
+   */
+  detach: () => void
 }
 
 /** Seed of the SplitMix64 generator that derives {@link GEAR_TABLE}. Changing it changes every chunk boundary. */
@@ -144,6 +150,10 @@ export class FastCdcChunker implements Chunker {
     this.position = 0
     this.hash = 0
     return this.pending.length > 0 ? this.pending.take(new Uint8Array(0)) : undefined
+  }
+
+  detach (): void {
+    this.pending.detach()
   }
 
   /**
@@ -246,6 +256,10 @@ export class FixedSizeChunker implements Chunker {
   flush (): Uint8Array | undefined {
     return this.pending.length > 0 ? this.pending.take(new Uint8Array(0)) : undefined
   }
+
+  detach (): void {
+    this.pending.detach()
+  }
 }
 
 /**
@@ -268,6 +282,15 @@ class PendingBytes {
     if (piece.length === 0) return
     this.pieces.push(piece)
     this.length += piece.length
+  }
+
+  /** Replace the views by one owned copy. */
+  detach (): void {
+    if (this.length === 0) return
+    const owned = new Uint8Array(this.length)
+    let at = 0
+    for (const p of this.pieces) { owned.set(p, at); at += p.length }
+    this.pieces = [owned]
   }
 
   /** The pending bytes followed by `tail`, as one array; a view of `tail` when nothing is pending. Clears. */

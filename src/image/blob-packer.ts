@@ -25,6 +25,8 @@ export interface PackedChunk { pack: PackHandle, offset: number, compressedLengt
 export interface PackerStats { blobs: number, uploadedBytes: number, chunks: number, plainBytes: number }
 
 export const DEFAULT_PACK_BYTES = 16 * 1024 * 1024
+/** One zstd frame of a 128 KiB chunk (the largest FastCDC chunk) fits in this. */
+const BLOB_SLACK_BYTES = 160 * 1024
 
 export class BlobPacker {
   readonly #store: Pick<ObjectStore, 'put'>
@@ -32,7 +34,8 @@ export class BlobPacker {
   readonly #targetBytes: number
   readonly #maxInFlight: number
   #handle: PackHandle = { digest: undefined }
-  #frames: Uint8Array[] = []
+  /** The blob being filled: frames are copied in as they arrive, so the chunking results they came from can be dropped at once. */
+  #buf: Buffer
   #chunks: BlobChunk[] = []
   #bytes = 0
   #hash: Hash = createHash('sha256')
@@ -45,14 +48,21 @@ export class BlobPacker {
     this.#index = index
     this.#targetBytes = opts.targetBytes ?? DEFAULT_PACK_BYTES
     this.#maxInFlight = opts.maxInFlight ?? 2
+    this.#buf = this.#newBuffer()
   }
 
   /** Append a new chunk. Async: waits only when a sealed blob must wait for upload capacity. Rethrows an earlier upload failure. */
   async add (chunk: EncodedChunk): Promise<PackedChunk> {
     this.#throwIfFailed()
     const placed: PackedChunk = { pack: this.#handle, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length }
-    this.#frames.push(chunk.compressed)
-    this.#hash.update(chunk.compressed)
+    const frame = chunk.compressed
+    if (this.#bytes + frame.length > this.#buf.length) {
+      const grown = Buffer.allocUnsafeSlow(Math.max(2 * this.#buf.length, this.#bytes + frame.length))
+      this.#buf.copy(grown, 0, 0, this.#bytes)
+      this.#buf = grown
+    }
+    this.#buf.set(frame, this.#bytes)
+    this.#hash.update(frame)
     this.#chunks.push({ digest: chunk.digest, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length })
     this.#bytes += chunk.compressed.length
     this.stats.chunks++
@@ -70,17 +80,17 @@ export class BlobPacker {
 
   async #seal (): Promise<void> {
     const handle = this.#handle
-    const frames = this.#frames
+    const body = this.#buf.subarray(0, this.#bytes)
     const chunks = this.#chunks
     handle.digest = this.#hash.digest('hex')
     this.#handle = { digest: undefined }
-    this.#frames = []
+    this.#buf = this.#newBuffer()
     this.#chunks = []
     this.#bytes = 0
     this.#hash = createHash('sha256')
     while (this.#inFlight.size >= this.#maxInFlight) await Promise.race(this.#inFlight)
     this.#throwIfFailed()
-    const upload = this.#upload(handle.digest, Buffer.concat(frames), chunks)
+    const upload = this.#upload(handle.digest, body, chunks)
       .catch(err => { this.#failure ??= err })
       .finally(() => this.#inFlight.delete(upload))
     this.#inFlight.add(upload)
@@ -92,6 +102,11 @@ export class BlobPacker {
     this.#index.addBlob(digest, chunks)
     this.stats.blobs++
     this.stats.uploadedBytes += body.length + indexBytes
+  }
+
+  /** Room for a full blob and one more frame of the largest chunk (pages are touched only as frames land). */
+  #newBuffer (): Buffer {
+    return Buffer.allocUnsafeSlow(this.#targetBytes + BLOB_SLACK_BYTES)
   }
 
   #throwIfFailed (): void {

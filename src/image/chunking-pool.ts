@@ -19,7 +19,7 @@ export interface EncodedChunk {
   /** sha256 hex of the plain bytes. */
   digest: string
   length: number
-  /** One zstd frame, owned by the caller. */
+  /** One zstd frame: a view of the batch's result, valid as long as the caller keeps it (copy it to keep less). Empty: the store already holds the chunk. */
   compressed: Uint8Array
 }
 
@@ -30,9 +30,8 @@ export const NO_BYTES = new Uint8Array(0)
 
 interface Batch { buf: Uint8Array, bytes: number, files: number[], ends: number[], last: boolean[], waiters: Array<(r: EncodedChunk[]) => void>, fail: Array<(e: Error) => void> }
 
-function newBatch (): Batch {
-  return { buf: Buffer.allocUnsafeSlow(BATCH_BYTES), bytes: 0, files: [], ends: [], last: [], waiters: [], fail: [] }
-}
+/** A worker's answer: the chunks, and the batch's input buffer handed back for reuse. */
+export type ChunkedReply = ChunkedBatch & { id: number, input: ArrayBuffer }
 
 export class ChunkingPool {
   readonly #workers: Worker[] = []
@@ -43,6 +42,12 @@ export class ChunkingPool {
   readonly #batches: Batch[] = []
   readonly #sent = new Map<number, Batch>()
   readonly #fileWorker = new Map<number, number>()
+  /**
+   * Input buffers the workers handed back. Reusing them keeps push from
+   * allocating (and page-faulting in) a fresh MiB per batch, and keeps V8's
+   * external-memory accounting from forcing collections.
+   */
+  readonly #spare: ArrayBuffer[] = []
   #nextId = 0
   #closed = false
 
@@ -53,13 +58,13 @@ export class ChunkingPool {
     if (n === 0) this.#inline = new FileChunker(params)
     for (let i = 0; i < n; i++) {
       const w = new Worker(new URL('./file-chunking-worker.js', import.meta.url), { workerData: params })
-      w.on('message', (msg: ChunkedBatch & { id: number }) => this.#onResult(i, msg))
+      w.on('message', (msg: ChunkedReply) => this.#onResult(i, msg))
       w.on('error', err => this.#failAll(err))
       w.unref()
       this.#workers.push(w)
       this.#outstanding.push(0)
       this.#batchesOut.push(0)
-      this.#batches.push(newBatch())
+      this.#batches.push(this.#newBatch())
     }
   }
 
@@ -72,7 +77,7 @@ export class ChunkingPool {
   push (file: number, piece: Uint8Array, last: boolean): Promise<EncodedChunk[]> {
     if (this.#closed) return Promise.reject(new Error('ChunkingPool is closed'))
     if (this.#inline !== undefined) {
-      const out = this.#inline.process({ data: piece.slice(), files: [file], ends: [piece.length], last: [last] })
+      const out = this.#inline.process({ data: piece, files: [file], ends: [piece.length], last: [last] })
       return Promise.resolve(split(out, 0, out.counts[0]!))
     }
     let w = this.#fileWorker.get(file)
@@ -105,7 +110,7 @@ export class ChunkingPool {
 
   #send (w: number): void {
     const batch = this.#batches[w]!
-    this.#batches[w] = newBatch()
+    this.#batches[w] = this.#newBatch()
     const id = this.#nextId++
     this.#sent.set(id, batch)
     this.#outstanding[w]! += batch.bytes
@@ -115,7 +120,13 @@ export class ChunkingPool {
       [batch.buf.buffer as ArrayBuffer])
   }
 
-  #onResult (w: number, msg: ChunkedBatch & { id: number }): void {
+  #newBatch (): Batch {
+    const spare = this.#spare.pop()
+    return { buf: spare !== undefined ? new Uint8Array(spare) : Buffer.allocUnsafeSlow(BATCH_BYTES), bytes: 0, files: [], ends: [], last: [], waiters: [], fail: [] }
+  }
+
+  #onResult (w: number, msg: ChunkedReply): void {
+    if (msg.input.byteLength === BATCH_BYTES) this.#spare.push(msg.input)
     const batch = this.#sent.get(msg.id)
     if (batch === undefined) return
     this.#sent.delete(msg.id)

@@ -7,9 +7,9 @@
  * the same FileChunker, which keeps each open file's chunker until its last
  * piece. Output: for every piece, the chunks it completed.
  *
- * May import: src/format/, src/state/node-db.ts, zstd-napi, node built-ins.
+ * May import: src/format/, src/state/node-db.ts, zstd-napi's binding, node built-ins.
  */
-import { Compressor } from 'zstd-napi'
+import zstd from 'zstd-napi/binding.js'
 import { FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 import { sha256Hex } from '../format/digest.js'
 import { openSqlite } from '../state/node-db.js'
@@ -26,9 +26,6 @@ export interface ChunkingParams {
   dedup?: { dbPath: string, storeUrl: string }
 }
 
-/** Marks a chunk the store already holds: no frame was made for it. */
-export const STORED_ELSEWHERE = new Uint8Array(0)
-
 /** A batch of pieces packed back to back in `data`: piece i is [ends[i-1], ends[i]) of file `files[i]`. */
 export interface PieceBatch {
   data: Uint8Array
@@ -39,7 +36,7 @@ export interface PieceBatch {
 }
 
 export interface ChunkedBatch {
-  /** Per chunk, in order: sha256 hex of the plain bytes, plain length, end of its frame in `data`. */
+  /** Per chunk, in order: sha256 hex of the plain bytes, plain length, end of its frame in `data` (an empty frame: the store already holds the chunk). */
   digests: string[]
   lengths: number[]
   frameEnds: number[]
@@ -51,12 +48,11 @@ export interface ChunkedBatch {
 export class FileChunker {
   readonly #params: ChunkingParams
   readonly #open = new Map<number, FastCdcChunker>()
-  readonly #compressor = new Compressor()
+  readonly #cctx = new zstd.CCtx()
   readonly #isStored: ((digest: string) => boolean) | undefined
 
   constructor (params: ChunkingParams) {
     this.#params = params
-    this.#compressor.setParameters({ compressionLevel: params.level })
     if (params.dedup !== undefined) {
       const db = openSqlite(params.dedup.dbPath, { readonly: true, fileMustExist: true })
       const lookup = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? AND digest = ?').pluck()
@@ -65,11 +61,13 @@ export class FileChunker {
     }
   }
 
-  /** Sync. The chunker keeps views of `batch.data` for chunks still open: the caller must not reuse it. */
+  /**
+   * Sync. `batch.data` may be reused as soon as this returns: open chunks
+   * keep copies of their bytes. Every new chunk is compressed straight into
+   * one output buffer (no buffer per frame).
+   */
   process (batch: PieceBatch): ChunkedBatch {
-    const digests: string[] = []
-    const lengths: number[] = []
-    const frames: Uint8Array[] = []
+    const chunks: Uint8Array[] = []
     const counts: number[] = []
     let start = 0
     batch.files.forEach((file, i) => {
@@ -82,20 +80,23 @@ export class FileChunker {
         if (tail !== undefined) done.push(tail)
         this.#open.delete(file)
       }
-      for (const chunk of done) {
-        const digest = sha256Hex(chunk)
-        digests.push(digest)
-        lengths.push(chunk.length)
-        frames.push(this.#isStored?.(digest) === true ? STORED_ELSEWHERE : this.#compressor.compress(chunk))
-      }
+      for (const chunk of done) chunks.push(chunk)
       counts.push(done.length)
       start = end
     })
-    const data = new ArrayBuffer(frames.reduce((n, f) => n + f.length, 0))
-    const view = new Uint8Array(data)
+    const digests = chunks.map(c => sha256Hex(c))
+    const lengths = chunks.map(c => c.length)
+    const stored = chunks.map((_, k) => this.#isStored?.(digests[k]!) === true)
+    let bound = 0
+    chunks.forEach((c, k) => { if (!stored[k]!) bound += zstd.compressBound(c.length) })
+    const data = new ArrayBuffer(bound)
     const frameEnds: number[] = []
     let pos = 0
-    for (const f of frames) { view.set(f, pos); pos += f.length; frameEnds.push(pos) }
+    chunks.forEach((c, k) => {
+      if (!stored[k]!) pos += this.#cctx.compress(new Uint8Array(data, pos), c, this.#params.level)
+      frameEnds.push(pos)
+    })
+    for (const chunker of this.#open.values()) chunker.detach()
     return { digests, lengths, frameEnds, data, counts }
   }
 }
