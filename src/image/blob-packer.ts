@@ -40,6 +40,8 @@ export class BlobPacker {
   #bytes = 0
   #hash: Hash = createHash('sha256')
   readonly #inFlight = new Set<Promise<void>>()
+  /** Blob buffers whose upload finished, for the next blobs (their pages are already faulted in). */
+  readonly #spare: Buffer[] = []
   #failure: unknown
   readonly stats: PackerStats = { blobs: 0, uploadedBytes: 0, chunks: 0, plainBytes: 0 }
 
@@ -80,7 +82,8 @@ export class BlobPacker {
 
   async #seal (): Promise<void> {
     const handle = this.#handle
-    const body = this.#buf.subarray(0, this.#bytes)
+    const buf = this.#buf
+    const body = buf.subarray(0, this.#bytes)
     const chunks = this.#chunks
     handle.digest = this.#hash.digest('hex')
     this.#handle = { digest: undefined }
@@ -92,7 +95,7 @@ export class BlobPacker {
     this.#throwIfFailed()
     const upload = this.#upload(handle.digest, body, chunks)
       .catch(err => { this.#failure ??= err })
-      .finally(() => this.#inFlight.delete(upload))
+      .finally(() => { this.#inFlight.delete(upload); if (buf.length === this.#targetBytes + BLOB_SLACK_BYTES) this.#spare.push(buf) })
     this.#inFlight.add(upload)
   }
 
@@ -106,7 +109,7 @@ export class BlobPacker {
 
   /** Room for a full blob and one more frame of the largest chunk (pages are touched only as frames land). */
   #newBuffer (): Buffer {
-    return Buffer.allocUnsafeSlow(this.#targetBytes + BLOB_SLACK_BYTES)
+    return this.#spare.pop() ?? Buffer.allocUnsafeSlow(this.#targetBytes + BLOB_SLACK_BYTES)
   }
 
   #throwIfFailed (): void {

@@ -3,7 +3,10 @@ import { createHash } from 'node:crypto'
 import { seededBytes } from '../../fixtures/seeded-bytes.js'
 import { FastCdcChunker, DEFAULT_FASTCDC_OPTIONS, chunkBuffer } from '../format/chunker.js'
 import { ChunkingPool, NO_BYTES } from './chunking-pool.js'
+import { MAX_FILE_BY_PATH_BYTES } from './file-chunking.js'
 import { decompress } from 'zstd-napi'
+import { symlinkSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex')
 
@@ -45,4 +48,48 @@ t.test('ChunkingPool.close() rejects what is pending and can be called twice', a
   await pool.close()
   await t.rejects(p, /closed/)
   await t.rejects(pool.push(2, NO_BYTES, true), /closed/)
+})
+
+for (const workers of [0, 2]) {
+  t.test(`ChunkingPool (workers: ${workers}).pushFile() reads a file itself, and a file that is not as the walk saw it fails alone`, async t => {
+    const pool = new ChunkingPool({ workers })
+    t.teardown(() => pool.close())
+    const d = t.testdir()
+    const good = [1, 5_000, 700_000, MAX_FILE_BY_PATH_BYTES].map((size, i) => {
+      const bytes = seededBytes(`f${i}`, size)
+      const path = join(d, `good-${i}`)
+      writeFileSync(path, bytes)
+      return { bytes, path, size }
+    })
+    writeFileSync(join(d, 'shrank'), seededBytes('s', 100))
+    writeFileSync(join(d, 'grew'), seededBytes('g', 300))
+    symlinkSync(good[1]!.path, join(d, 'now-a-link'))
+    const bad = [
+      { path: join(d, 'shrank'), size: 200, error: /^file shrank: shrank from 200 to 100 bytes while being read$/ },
+      { path: join(d, 'grew'), size: 200, error: /^file grew: grew beyond 200 bytes while being read$/ },
+      { path: join(d, 'now-a-link'), size: 5_000, error: /^file now-a-link: cannot open: .*ELOOP/ },
+      { path: join(d, 'gone'), size: 10, error: /^file gone: cannot open: .*ENOENT/ }
+    ]
+    // Good and bad files alternate, so they share batches.
+    const goodResults = []
+    const badResults = []
+    for (let i = 0; i < good.length; i++) {
+      goodResults.push(pool.pushFile(2 * i, { path: good[i]!.path, size: good[i]!.size, label: `file good-${i}` }))
+      const b = bad[i]!
+      badResults.push(pool.pushFile(2 * i + 1, { path: b.path, size: b.size, label: `file ${b.path.slice(d.length + 1)}` }))
+    }
+    pool.flush()
+    for (const [i, g] of good.entries()) {
+      const chunks = await goodResults[i]!
+      t.same(chunks.map(c => c.digest), chunkBuffer(new FastCdcChunker(DEFAULT_FASTCDC_OPTIONS), g.bytes).map(sha), `good-${i}: same chunks as its bytes`)
+      t.ok(Buffer.concat(chunks.map(c => decompress(c.compressed))).equals(g.bytes), `good-${i}: frames decompress to the file`)
+    }
+    for (const [i, b] of bad.entries()) await t.rejects(badResults[i]!, { name: 'BadInputError', message: b.error })
+  })
+}
+
+t.test('ChunkingPool.pushFile() refuses a file too big to be read whole', async t => {
+  const pool = new ChunkingPool({ workers: 1 })
+  t.teardown(() => pool.close())
+  await t.rejects(pool.pushFile(1, { path: '/dev/null', size: MAX_FILE_BY_PATH_BYTES + 1, label: 'file big' }), /internal: file big: .* too big to be read whole/)
 })

@@ -5,7 +5,7 @@ import { FileChunker, type ChunkingParams, type PieceBatch } from './file-chunki
 const chunker = new FileChunker(workerData as ChunkingParams)
 
 parentPort!.on('message', (msg: { id: number, data: ArrayBuffer, length: number } & Omit<PieceBatch, 'data'>) => {
-  const out = chunker.process({ data: new Uint8Array(msg.data, 0, msg.length), files: msg.files, ends: msg.ends, last: msg.last })
+  const out = chunker.process({ data: new Uint8Array(msg.data, 0, msg.length), files: msg.files, ends: msg.ends, last: msg.last, paths: msg.paths })
   // The input buffer goes back with the result, for the pool to reuse (the chunker kept no view of it).
   parentPort!.postMessage({ id: msg.id, ...out, input: msg.data }, [out.data, msg.data])
 })

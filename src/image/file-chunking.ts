@@ -3,16 +3,22 @@
  * file's bytes into content-defined chunks (per-file FastCDC), hash each
  * chunk (its id) and compress it into one independent zstd frame.
  *
- * Input is a batch of file pieces; pieces of one file arrive in order, on
- * the same FileChunker, which keeps each open file's chunker until its last
- * piece. Output: for every piece, the chunks it completed.
+ * Input is a batch of items. An item is a piece of a file (pieces of one file
+ * arrive in order, on the same FileChunker, which keeps each open file's
+ * chunker until its last piece), or a whole small file of a directory tree
+ * that the worker reads itself, so the thread that walks the tree neither
+ * reads nor copies its content. Output: for every item, the chunks it
+ * completed.
  *
- * May import: src/format/, src/state/node-db.ts, zstd-napi's binding, node built-ins.
+ * May import: src/errors.ts, src/format/, src/state/node-db.ts,
+ * ./sources/exact-file.ts, zstd-napi's binding, node built-ins.
  */
 import zstd from 'zstd-napi/binding.js'
-import { FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
+import { BadInputError } from '../errors.js'
+import { chunkBuffer, FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 import { sha256Hex } from '../format/digest.js'
 import { openSqlite } from '../state/node-db.js'
+import { readExactFile } from './sources/exact-file.js'
 
 export interface ChunkingParams {
   /** zstd level of chunk frames. */
@@ -26,13 +32,21 @@ export interface ChunkingParams {
   dedup?: { dbPath: string, storeUrl: string }
 }
 
-/** A batch of pieces packed back to back in `data`: piece i is [ends[i-1], ends[i]) of file `files[i]`. */
+/** A whole file that a worker reads from disk itself: exactly `size` bytes (ExactFile), `label` for errors. */
+export interface FileByPath { path: string, size: number, label: string }
+
+/**
+ * A batch of items. Item i is either a piece of file `files[i]`, the bytes
+ * [ends[i-1], ends[i]) of `data`, or (when `paths[i]` is set; ends[i] ===
+ * ends[i-1]) all of a file, read from disk here.
+ */
 export interface PieceBatch {
   data: Uint8Array
   files: number[]
   ends: number[]
-  /** Piece i is its file's last. */
+  /** Item i is its file's last piece (always true for a file read from disk). */
   last: boolean[]
+  paths?: Array<FileByPath | null>
 }
 
 export interface ChunkedBatch {
@@ -41,18 +55,28 @@ export interface ChunkedBatch {
   lengths: number[]
   frameEnds: number[]
   data: ArrayBuffer
-  /** How many of the chunks each piece completed. */
+  /** How many of the chunks each item completed. */
   counts: number[]
+  /** Items whose file could not be read as promised (BadInputError messages), by item index; they completed no chunks. */
+  failures: Array<[number, string]>
 }
+
+/** Files read from disk are read whole into a buffer this size (larger ones come as pieces). */
+export const MAX_FILE_BY_PATH_BYTES = 4 * 1024 * 1024
 
 export class FileChunker {
   readonly #params: ChunkingParams
   readonly #open = new Map<number, FastCdcChunker>()
+  readonly #whole: FastCdcChunker
   readonly #cctx = new zstd.CCtx()
   readonly #isStored: ((digest: string) => boolean) | undefined
+  /** Files read from disk land here; frames are compressed into `#out`, then copied out exactly. */
+  #readBuf: Buffer | undefined
+  #out = Buffer.allocUnsafeSlow(2 * 1024 * 1024)
 
   constructor (params: ChunkingParams) {
     this.#params = params
+    this.#whole = new FastCdcChunker(params.cdc)
     if (params.dedup !== undefined) {
       const db = openSqlite(params.dedup.dbPath, { readonly: true, fileMustExist: true })
       const lookup = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? AND digest = ?').pluck()
@@ -63,40 +87,63 @@ export class FileChunker {
 
   /**
    * Sync. `batch.data` may be reused as soon as this returns: open chunks
-   * keep copies of their bytes. Every new chunk is compressed straight into
-   * one output buffer (no buffer per frame).
+   * keep copies of their bytes. Each chunk is hashed and compressed as soon
+   * as it is cut, so a file read from disk needs only one reused buffer.
    */
   process (batch: PieceBatch): ChunkedBatch {
-    const chunks: Uint8Array[] = []
-    const counts: number[] = []
+    const out: ChunkedBatch & { bytes: number } = { digests: [], lengths: [], frameEnds: [], data: new ArrayBuffer(0), counts: [], failures: [], bytes: 0 }
     let start = 0
     batch.files.forEach((file, i) => {
       const end = batch.ends[i]!
-      let chunker = this.#open.get(file)
-      if (chunker === undefined) { chunker = new FastCdcChunker(this.#params.cdc); this.#open.set(file, chunker) }
-      const done = chunker.push(batch.data.subarray(start, end))
-      if (batch.last[i] === true) {
-        const tail = chunker.flush()
-        if (tail !== undefined) done.push(tail)
-        this.#open.delete(file)
+      const byPath = batch.paths?.[i]
+      let done: Uint8Array[]
+      if (byPath != null) {
+        try {
+          done = chunkBuffer(this.#whole, readExactFile(byPath.path, byPath.size, byPath.label, this.#readBuffer(byPath.size)))
+        } catch (err) {
+          if (!(err instanceof BadInputError)) throw err
+          out.failures.push([i, err.message])
+          done = []
+        }
+      } else {
+        let chunker = this.#open.get(file)
+        if (chunker === undefined) { chunker = new FastCdcChunker(this.#params.cdc); this.#open.set(file, chunker) }
+        done = chunker.push(batch.data.subarray(start, end))
+        if (batch.last[i] === true) {
+          const tail = chunker.flush()
+          if (tail !== undefined) done.push(tail)
+          this.#open.delete(file)
+        }
       }
-      for (const chunk of done) chunks.push(chunk)
-      counts.push(done.length)
+      for (const chunk of done) this.#encode(chunk, out)
+      out.counts.push(done.length)
       start = end
     })
-    const digests = chunks.map(c => sha256Hex(c))
-    const lengths = chunks.map(c => c.length)
-    const stored = chunks.map((_, k) => this.#isStored?.(digests[k]!) === true)
-    let bound = 0
-    chunks.forEach((c, k) => { if (!stored[k]!) bound += zstd.compressBound(c.length) })
-    const data = new ArrayBuffer(bound)
-    const frameEnds: number[] = []
-    let pos = 0
-    chunks.forEach((c, k) => {
-      if (!stored[k]!) pos += this.#cctx.compress(new Uint8Array(data, pos), c, this.#params.level)
-      frameEnds.push(pos)
-    })
     for (const chunker of this.#open.values()) chunker.detach()
-    return { digests, lengths, frameEnds, data, counts }
+    const data = new ArrayBuffer(out.bytes)
+    new Uint8Array(data).set(this.#out.subarray(0, out.bytes))
+    return { digests: out.digests, lengths: out.lengths, frameEnds: out.frameEnds, data, counts: out.counts, failures: out.failures }
+  }
+
+  /** Hash `chunk` and, unless the store holds it, compress it onto the end of `#out`. */
+  #encode (chunk: Uint8Array, out: ChunkedBatch & { bytes: number }): void {
+    const digest = sha256Hex(chunk)
+    out.digests.push(digest)
+    out.lengths.push(chunk.length)
+    if (this.#isStored?.(digest) !== true) {
+      const need = out.bytes + zstd.compressBound(chunk.length)
+      if (need > this.#out.length) {
+        const grown = Buffer.allocUnsafeSlow(Math.max(need, 2 * this.#out.length))
+        this.#out.copy(grown, 0, 0, out.bytes)
+        this.#out = grown
+      }
+      out.bytes += this.#cctx.compress(this.#out.subarray(out.bytes), chunk, this.#params.level)
+    }
+    out.frameEnds.push(out.bytes)
+  }
+
+  #readBuffer (size: number): Buffer {
+    if (size > MAX_FILE_BY_PATH_BYTES) throw new Error(`internal: a file of ${size} bytes was sent to be read whole`)
+    return (this.#readBuf ??= Buffer.allocUnsafeSlow(MAX_FILE_BY_PATH_BYTES))
   }
 }

@@ -11,6 +11,7 @@
 import type { ChunkLocation, LayerToc, TocEntry } from '../format/toc.js'
 import type { BlobPacker, PackHandle } from './blob-packer.js'
 import { NO_BYTES, type ChunkingPool, type EncodedChunk } from './chunking-pool.js'
+import { MAX_FILE_BY_PATH_BYTES } from './file-chunking.js'
 import type { ChunkIndex } from './chunk-index.js'
 import type { LayerSource } from './sources/image-source.js'
 
@@ -43,11 +44,19 @@ export interface LayerWriterDeps {
   onProgress?: (plainBytes: number) => void
 }
 
-/** Pieces in flight are bounded by this many plain bytes (memory bound). */
-const MAX_PENDING_PLAIN_BYTES = 64 * 1024 * 1024
+/**
+ * Bounds on work handed to the pool and not yet settled, in plain bytes.
+ * Pieces are bytes this process holds (a memory bound). Files a worker reads
+ * by path cost no memory until a worker reaches them, so they may queue much
+ * deeper: the walk then runs ahead of the workers instead of stalling each
+ * time they fall behind, and never leaves them idle while it catches up
+ * through directories of small files (bench/push-throughput.ts).
+ */
+const MAX_PENDING_PIECE_BYTES = 16 * 1024 * 1024
+const MAX_PENDING_BY_PATH_BYTES = 256 * 1024 * 1024
 const PROGRESS_STEP_BYTES = 4 * 1024 * 1024
 
-interface PendingPiece { chunks: Promise<EncodedChunk[]>, entry: TocEntry, bytes: number }
+interface PendingPiece { chunks: Promise<EncodedChunk[]>, entry: TocEntry, bytes: number, byPath: boolean, ready?: boolean }
 
 /**
  * Read `layer` to the end and build its TOC. Async. Throws what the source
@@ -61,14 +70,15 @@ export async function writeLayer (layer: LayerSource, deps: LayerWriterDeps): Pr
   const tocChunks: Array<{ digest: string, place: ChunkPlace }> = []
   const tocChunkByDigest = new Map<string, number>()
   const pending: PendingPiece[] = []
-  let pendingBytes = 0
+  const pendingBytes = { piece: 0, byPath: 0 }
   let nextFile = 0
   let nextProgress = PROGRESS_STEP_BYTES
 
   /** Place the chunks of the oldest piece (store, dedup or reuse) and append them to its file's spans. */
   const settleOldest = async (): Promise<void> => {
     const p = pending.shift()!
-    pendingBytes -= p.bytes
+    if (p.byPath) pendingBytes.byPath -= p.bytes
+    else pendingBytes.piece -= p.bytes
     for (const chunk of await p.chunks) {
       let tocIndex = tocChunkByDigest.get(chunk.digest)
       if (tocIndex === undefined) {
@@ -93,28 +103,42 @@ export async function writeLayer (layer: LayerSource, deps: LayerWriterDeps): Pr
     }
   }
 
-  const submit = async (entry: TocEntry, file: number, piece: Uint8Array, last: boolean): Promise<void> => {
-    pending.push({ chunks: chunking.push(file, piece, last), entry, bytes: piece.length })
-    pendingBytes += piece.length
-    if (pendingBytes > MAX_PENDING_PLAIN_BYTES) {
+  const countRead = (bytes: number): void => {
+    stats.plainBytes += bytes
+    if (stats.plainBytes >= nextProgress) { deps.onProgress?.(stats.plainBytes); nextProgress += PROGRESS_STEP_BYTES }
+  }
+
+  /** Queue `p`; settle whatever is already done (results are dropped as soon as they are packed); wait while a bound is passed. */
+  const enqueue = async (p: PendingPiece): Promise<void> => {
+    pending.push(p)
+    p.chunks.then(() => { p.ready = true }, () => { p.ready = true })
+    if (p.byPath) pendingBytes.byPath += p.bytes
+    else pendingBytes.piece += p.bytes
+    while (pending[0]?.ready === true) await settleOldest()
+    if (pendingBytes.piece > MAX_PENDING_PIECE_BYTES || pendingBytes.byPath > MAX_PENDING_BY_PATH_BYTES) {
       chunking.flush()
-      while (pendingBytes > MAX_PENDING_PLAIN_BYTES / 2) await settleOldest()
+      while (pendingBytes.piece > MAX_PENDING_PIECE_BYTES / 2 || pendingBytes.byPath > MAX_PENDING_BY_PATH_BYTES / 2) await settleOldest()
     }
   }
 
-  for await (const { header, body } of layer.entries()) {
+  for await (const { header, body, file: onDisk } of layer.entries()) {
     const entry: TocEntry = { ...header }
     entries.push(entry)
     stats.entries++
     if (body === undefined || header.size === 0) continue
     entry.spans = []
     const file = nextFile++
-    for await (const piece of body) {
-      await submit(entry, file, piece, false)
-      stats.plainBytes += piece.length
-      if (stats.plainBytes >= nextProgress) { deps.onProgress?.(stats.plainBytes); nextProgress += PROGRESS_STEP_BYTES }
+    if (onDisk !== undefined && header.size <= MAX_FILE_BY_PATH_BYTES) {
+      // A worker reads it: this thread neither reads nor copies the bytes.
+      await enqueue({ chunks: chunking.pushFile(file, { ...onDisk, size: header.size }), entry, bytes: header.size, byPath: true })
+      countRead(header.size)
+      continue
     }
-    await submit(entry, file, NO_BYTES, true)
+    for await (const piece of body) {
+      await enqueue({ chunks: chunking.push(file, piece, false), entry, bytes: piece.length, byPath: false })
+      countRead(piece.length)
+    }
+    await enqueue({ chunks: chunking.push(file, NO_BYTES, true), entry, bytes: 0, byPath: false })
   }
   chunking.flush()
   while (pending.length > 0) await settleOldest()

@@ -14,7 +14,8 @@ import { decodeManifest, encodeJson, type ImageManifest } from '../format/manife
 import { decodeToc, encodeToc, type LayerToc } from '../format/toc.js'
 import type { ObjectStore } from '../store/object-store.js'
 
-const METADATA_ZSTD_LEVEL = 9
+/** Level 6, not 9: on the python image the TOC is 1.3% larger and compresses in 28 ms, not 46, and blob indexes come out smaller (bench/push-throughput.ts). */
+const METADATA_ZSTD_LEVEL = 6
 /** A TOC or manifest larger than this once decompressed is refused (hostile store). */
 export const MAX_METADATA_BYTES = 1024 ** 3
 

@@ -10,7 +10,11 @@ import { digestHex } from '../format/digest.js'
 import { MemoryObjectStore } from '../store/memory-object-store.js'
 import { FaultyObjectStore } from '../store/faulty-object-store.js'
 import { openMemoryNodeDb, openNodeDb } from '../state/node-db.js'
-import { pushImage } from './push.js'
+import { pushImage, pushSource } from './push.js'
+import { openDirectory } from './sources/directory-source.js'
+import { ingestContext } from './sources/ingest-policy.js'
+import type { LayerSource } from './sources/image-source.js'
+import { truncateSync } from 'node:fs'
 import { readRef } from './refs.js'
 import { loadImage } from './load-image.js'
 import { getToc } from './metadata-objects.js'
@@ -162,4 +166,27 @@ t.test('pushImage() skips a layer the store holds under its declared diff_id, an
   const third = await pushImage(join(d, 'img'), parseRef('test/img:third'), o)
   t.notOk(third.layers[0]!.skipped, 'a hint whose TOC records another diff_id is ignored')
   t.equal(third.layers[0]!.digest, first.layers[0]!.digest, 'and the layer is read and stored as before')
+})
+
+t.test('pushSource() of a directory whose file shrinks after the walk saw it fails naming the file, and changes no ref', async t => {
+  // The walk hands small files to a worker by path; the worker must catch the change.
+  const store = new MemoryObjectStore()
+  for (const workers of [0, 2]) {
+    const d = t.testdir({ tree: { a: 'a'.repeat(5_000), big: 'x'.repeat(100_000), z: 'z' } })
+    const source = openDirectory(join(d, 'tree'), ingestContext())
+    const layer = source.layers[0]!
+    const shrinking: LayerSource = {
+      name: layer.name,
+      diffId: () => layer.diffId(),
+      async * entries () {
+        for await (const e of layer.entries()) {
+          if (e.header.path === 'big') { t.ok(e.file, 'the walk offers the file by path'); truncateSync(join(d, 'tree', 'big'), 10) }
+          yield e
+        }
+      }
+    }
+    await t.rejects(pushSource({ ...source, layers: [shrinking] }, ref, { ...opts(store), workers }),
+      { name: 'BadInputError', message: /directory .*tree, layer 1 of 1: "big": shrank from 100000 to 10 bytes while being read/ })
+    t.equal(await readRef(store, ref), undefined, `workers: ${workers}: no ref`)
+  }
 })

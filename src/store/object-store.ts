@@ -39,7 +39,8 @@ export interface ObjectStore {
 
   /**
    * Write the whole object atomically: readers see either nothing (or the
-   * previous value) or all of `data`, never a prefix. Async.
+   * previous value) or all of `data`, never a prefix. Async. `data` is not
+   * used once the promise settles (push reuses blob buffers).
    */
   put (key: string, data: Uint8Array): Promise<void>
 

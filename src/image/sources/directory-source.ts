@@ -7,7 +7,9 @@
  *
  * Sockets are skipped and mount points inside the tree are recorded as empty
  * directories, each with a warning (see ingest-policy.ts). File content is
- * streamed; a file that changes size while it is read is refused.
+ * streamed, and each file entry also names its path (LayerEntry.file) so
+ * push can read it on a worker thread; a file that changes size while it is
+ * read is refused either way (exact-file.ts).
  *
  * The walk uses synchronous fs calls. A tree is thousands of small files, and
  * each awaited fs call is a round trip through libuv's thread pool that the
@@ -20,14 +22,15 @@
  *
  * May import: src/errors.ts, src/format/, src/native.ts, the modules next to it.
  */
-import { constants, type BigIntStats } from 'node:fs'
-import { closeSync, lstatSync, openSync, readdirSync, readlinkSync, readSync } from 'node:fs'
+import type { BigIntStats } from 'node:fs'
+import { lstatSync, readdirSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { BadInputError, UsageError } from '../../errors.js'
 import type { Digest } from '../../format/digest.js'
 import { joinPath } from '../../format/paths.js'
 import { lgetxattr, llistxattr } from '../../native.js'
 import { ZERO_DIFF_ID, type ImageSource, type LayerEntry, type LayerSource } from './image-source.js'
+import { ExactFile } from './exact-file.js'
 import { LayerPolicy, type IngestContext, type RawEntry } from './ingest-policy.js'
 import { minimalConfig } from './rootfs-tar-source.js'
 
@@ -76,7 +79,10 @@ export class DirectoryLayerSource implements LayerSource {
       if (raw === undefined) continue
       const header = policy.admit(raw)
       if (header === undefined) continue
-      if (header.type === 'file') yield { header, body: readFile(abs, header.size, `${this.name}: ${JSON.stringify(rel)}`, readBuffer ??= Buffer.allocUnsafeSlow(READ_CHUNK_BYTES)) }
+      if (header.type === 'file') {
+        const label = `${this.name}: ${JSON.stringify(rel)}`
+        yield { header, body: readFile(abs, header.size, label, readBuffer ??= Buffer.allocUnsafeSlow(READ_CHUNK_BYTES)), file: { path: abs, label } }
+      }
       else yield { header }
       if (raw.type !== 'dir') continue
       if (st.dev !== rootStat.dev) {
@@ -174,27 +180,17 @@ export class DirectoryLayerSource implements LayerSource {
 
 /**
  * Stream exactly `size` bytes of a regular file, refusing one that is
- * replaced, shrinks or grows meanwhile. Every piece is read into `buf`, the
- * walk's one read buffer: pieces are valid until the next one is requested
- * (LayerEntry.body) and one walk reads one file at a time. (Fresh 1 MiB
- * buffers per read cost page faults and GC on the push's busiest thread.)
+ * replaced, shrinks or grows meanwhile (ExactFile). Every piece is read into
+ * `buf`, the walk's one read buffer: pieces are valid until the next one is
+ * requested (LayerEntry.body) and one walk reads one file at a time. (Fresh
+ * 1 MiB buffers per read cost page faults and GC on the push's busiest thread.)
  */
 async function * readFile (abs: string, size: number, label: string, buf: Buffer): AsyncGenerator<Uint8Array> {
-  let fd: number
-  try { fd = openSync(abs, constants.O_RDONLY | constants.O_NOFOLLOW) } catch (err) {
-    throw new BadInputError(`${label}: cannot open: ${(err as Error).message}`, { cause: err })
-  }
+  const file = new ExactFile(abs, size, label)
   try {
-    let done = 0
-    while (done < size) {
-      const bytesRead = readSync(fd, buf, 0, Math.min(READ_CHUNK_BYTES, size - done), done)
-      if (bytesRead === 0) throw new BadInputError(`${label}: shrank from ${size} to ${done} bytes while being read`)
-      done += bytesRead
-      yield buf.subarray(0, bytesRead)
-    }
-    if (readSync(fd, Buffer.alloc(1), 0, 1, size) !== 0) throw new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
+    for (let piece = file.read(buf); piece.length > 0; piece = file.read(buf)) yield piece
   } finally {
-    closeSync(fd)
+    file.close()
   }
 }
 

@@ -29,6 +29,13 @@ export interface LayerEntry {
    * source may read into one reused buffer): copy what you keep.
    */
   body?: AsyncIterable<Uint8Array>
+  /**
+   * Where a regular file's content sits on disk, as a file of exactly
+   * `header.size` bytes (directory sources only). A consumer may read it
+   * there instead of iterating `body`, with ExactFile (exact-file.ts), which
+   * refuses a file that changed; `label` names the entry in its errors.
+   */
+  file?: { path: string, label: string }
 }
 
 export interface LayerSource {

@@ -64,7 +64,7 @@ export class UpperLayerSource implements LayerSource {
         continue
       }
       const clean = withoutOverlayXattrs(h)
-      yield e.body === undefined ? { header: clean } : { header: clean, body: e.body }
+      yield e.body === undefined ? { header: clean } : { header: clean, body: e.body, ...(e.file === undefined ? {} : { file: e.file }) }
       if (h.type === 'dir' && h.path !== '' && overlayXattr(h.xattrs, 'opaque') === OPAQUE_VALUE_BASE64) {
         yield { header: { path: h.path, type: 'opaque', ...marker } }
       }
