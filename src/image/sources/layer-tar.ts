@@ -5,6 +5,8 @@
  *   stored bytes ─ sha256 (blob digest) ─ gunzip | zstd ─ byte counters (bomb
  *   limits) ─ sha256 (diff_id) ─ TarFramingGuard ─ tar-stream extract ─ LayerPolicy
  *
+ * The two sha256s of a big layer run on a worker thread (stream-hash.ts).
+ *
  * Memory stays bounded by backpressure end to end: the extract only accepts
  * more bytes once the consumer has taken the current entry's content.
  * Failures anywhere become one BadInputError/LimitExceededError naming the
@@ -13,7 +15,6 @@
  *
  * May import: src/errors.ts, src/format/, the modules next to it.
  */
-import { createHash } from 'node:crypto'
 import type { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import tarStream from 'tar-stream'
@@ -23,6 +24,7 @@ import { COMPRESSION_MAGIC_BYTES, describeDecompressError, detectCompression, gu
 import { EntryBody, type PausableStream } from './entry-body.js'
 import type { LayerEntry, LayerSource } from './image-source.js'
 import { LayerPolicy, type IngestContext } from './ingest-policy.js'
+import { streamHash, type StreamHash } from './stream-hash.js'
 import { TarFramingGuard } from './tar-framing.js'
 import type { TarMember } from './tar-header.js'
 
@@ -63,6 +65,8 @@ export class TarLayerSource implements LayerSource {
   readonly #ctx: IngestContext
   #started = false
   #diffId: Digest | undefined
+  /** The tar's sha256, set by the pump once the input is read to the end. */
+  #diffHex: string | undefined
   #pumpError: unknown
 
   constructor (input: TarLayerInput, ctx: IngestContext) {
@@ -88,7 +92,7 @@ export class TarLayerSource implements LayerSource {
     extract.on('error', () => {}) // surfaced through the iterator
     const guard = new TarFramingGuard({ layerName: this.name, maxEntryBytes: this.#ctx.limits.maxEntryBytes, warn: m => this.#ctx.notice(m) })
     const policy = new LayerPolicy(this.name, this.#ctx)
-    const diffHash = createHash('sha256')
+    const diffHash = streamHash(this.#input.inputBytes)
     const abort = new AbortController()
     const pump = this.#pump(extract, guard, diffHash, abort.signal).catch((err: unknown) => {
       if (err !== EXTRACT_CLOSED && !abort.signal.aborted) this.#pumpError = err
@@ -125,7 +129,7 @@ export class TarLayerSource implements LayerSource {
       }
       await pump
       if (this.#pumpError !== undefined) throw this.#classify(this.#pumpError)
-      const diffId: Digest = `sha256:${diffHash.digest('hex')}`
+      const diffId: Digest = `sha256:${this.#diffHex!}`
       if (this.#input.diffId !== undefined && this.#input.diffId !== diffId) {
         throw new BadInputError(`${this.name}: the uncompressed layer has diff_id ${diffId}, but the image config says ${this.#input.diffId}`)
       }
@@ -134,6 +138,7 @@ export class TarLayerSource implements LayerSource {
       complete = true
     } finally {
       if (!complete) {
+        diffHash.drop()
         abort.abort()
         extract.destroy()
         await pump
@@ -142,9 +147,9 @@ export class TarLayerSource implements LayerSource {
   }
 
   /** Stored bytes → decompressor → counters and hashes → guard → extract. Resolves once the input is fully read and verified. */
-  async #pump (extract: tarStream.Extract, guard: TarFramingGuard, diffHash: ReturnType<typeof createHash>, signal: AbortSignal): Promise<void> {
+  async #pump (extract: tarStream.Extract, guard: TarFramingGuard, diffHash: StreamHash, signal: AbortSignal): Promise<void> {
     const stored = this.#input.open()
-    const blobHash = createHash('sha256')
+    let blobHash: StreamHash | undefined
     let storedBytes = 0
     let plainBytes = 0
     const source = stored[Symbol.asyncIterator]() as AsyncIterator<Buffer>
@@ -164,15 +169,15 @@ export class TarLayerSource implements LayerSource {
       throw err
     }
     // An uncompressed blob is its own diff: hash it once (sha256 is the main thread's largest cost in push).
-    const hashBlob = compression !== 'none'
+    if (compression !== 'none') blobHash = streamHash(this.#input.inputBytes)
     async function * storedChunks (): AsyncGenerator<Buffer> {
       try {
         for (let chunk = head.shift(); chunk !== undefined; chunk = head.shift()) {
-          if (hashBlob) blobHash.update(chunk)
+          blobHash?.update(chunk)
           storedBytes += chunk.length; yield chunk
         }
         for (let r = await source.next(); r.done !== true; r = await source.next()) {
-          if (hashBlob) blobHash.update(r.value)
+          blobHash?.update(r.value)
           storedBytes += r.value.length; yield r.value
         }
       } finally { stored.destroy() }
@@ -198,11 +203,18 @@ export class TarLayerSource implements LayerSource {
     }
     const stages: Array<Transform | ((s: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>)> =
       compression === 'gzip' ? [gunzipStream()] : compression === 'zstd' ? [s => zstdDecompress(s, name)] : []
-    await (pipeline as (...args: unknown[]) => Promise<void>)(storedChunks(), ...stages, consume, { signal })
+    try {
+      await (pipeline as (...args: unknown[]) => Promise<void>)(storedChunks(), ...stages, consume, { signal })
+    } catch (err) {
+      blobHash?.drop()
+      throw err
+    }
     if (this.#input.blobSize !== undefined && storedBytes !== this.#input.blobSize) {
+      blobHash?.drop()
       throw new BadInputError(`${name}: blob is ${storedBytes} bytes but its descriptor says ${this.#input.blobSize}`)
     }
-    const blobDigest: Digest = `sha256:${(hashBlob ? blobHash : diffHash.copy()).digest('hex')}`
+    this.#diffHex = await diffHash.digest()
+    const blobDigest: Digest = `sha256:${blobHash === undefined ? this.#diffHex : await blobHash.digest()}`
     if (this.#input.blobDigest !== undefined && blobDigest !== this.#input.blobDigest) {
       throw new BadInputError(`${name}: blob content has digest ${blobDigest}, not ${this.#input.blobDigest} (corrupt or tampered layout)`)
     }
