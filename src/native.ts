@@ -1,8 +1,9 @@
 /**
  * Typed loader for layerd's native addon (native/layerd_native.c): the few
  * system calls Node lacks — extended attributes that do not follow symlinks,
- * and mknod for device nodes and fifos — and a FUSE server that speaks the
- * kernel protocol (native/fuse_server.c, used by src/fs/kernel-fuse.ts).
+ * and mknod for device nodes and fifos — directory scans for push
+ * (native/dir_scan.c), and a FUSE server that speaks the kernel protocol
+ * (native/fuse_server.c, used by src/fs/kernel-fuse.ts).
  *
  * The addon is built by `npm run build` (node-gyp) into
  * native/build/Release/layerd_native.node and loaded lazily, on the first
@@ -33,6 +34,16 @@ interface NativeBinding extends Partial<NativeFuseServerBinding> {
   umount2? (target: string, flags: number): void
   mountLoop? (file: string, target: string, fstype: string, flags: number, data: string): void
   mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
+  scanDir? (path: string): Buffer
+  statPath? (path: string): Buffer
+}
+
+/** Directory scans (native/dir_scan.c): packed records, decoded by src/image/sources/dir-scan.ts. */
+export interface NativeDirScanBinding {
+  /** Every child of the directory `path`, sorted by name bytes: u32 count, then records. Throws errno errors for the directory itself. */
+  scanDir (path: string): Buffer
+  /** The record of `path` itself (a final symlink is not followed). */
+  statPath (path: string): Buffer
 }
 
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
@@ -112,7 +123,14 @@ export function nativeMounts (): NativeMounts {
   return { mount: b.mount.bind(b), umount2: b.umount2.bind(b), mountLoop: b.mountLoop.bind(b), mountAt: b.mountAt.bind(b) }
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices). Sync. */
+/** The addon's directory scans. Sync; throws UnsupportedError when the addon is missing or older than version 4. */
+export function nativeDirScan (): NativeDirScanBinding {
+  const b = load()
+  if (b.scanDir === undefined || b.statPath === undefined) throw new UnsupportedError('layerd native addon has no directory scans (built before version 4): run `npm run build`')
+  return { scanDir: b.scanDir.bind(b), statPath: b.statPath.bind(b) }
+}
+
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: directory scans). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

@@ -135,19 +135,21 @@ export class LayerPolicy {
    * LimitExceededError naming the layer and the entry.
    */
   admit (raw: RawEntry, where = ''): EntryHeader | undefined {
-    const label = `${this.#layer}: entry ${JSON.stringify(raw.name)}${where === '' ? '' : ` ${where}`}`
-    const fail = (why: string): never => { throw new BadInputError(`${label} ${why}`) }
+    // Messages are built only when needed: admit runs once per entry, on push's busiest thread.
+    let label: string | undefined
+    const named = (): string => (label ??= `${this.#layer}: entry ${JSON.stringify(raw.name)}${where === '' ? '' : ` ${where}`}`)
+    const fail = (why: string): never => { throw new BadInputError(`${named()} ${why}`) }
     if (++this.#count > this.#ctx.limits.maxEntries) {
       throw new LimitExceededError(`${this.#layer}: more than ${this.#ctx.limits.maxEntries} entries (at entry ${JSON.stringify(raw.name)})`)
     }
     const v = normalizeEntryPath(raw.name)
     if (!v.ok) return fail(`is refused: the name ${v.reason}`)
     // umoci names the root '/'; only other absolute names are worth a warning.
-    if (v.wasAbsolute && v.path !== '') this.#ctx.notice(`${label} has an absolute name; stored as ${JSON.stringify(v.path)}`)
+    if (v.wasAbsolute && v.path !== '') this.#ctx.notice(`${named()} has an absolute name; stored as ${JSON.stringify(v.path)}`)
     this.#checkNumbers(raw, fail)
 
     const base = baseName(v.path)
-    if (base.startsWith(WHITEOUT_PREFIX)) return this.#admitMarker(v.path, base, raw, label, fail)
+    if (base.startsWith(WHITEOUT_PREFIX)) return this.#admitMarker(v.path, base, raw, named(), fail)
 
     const path = v.path
     this.#checkAncestors(path, fail)
@@ -160,12 +162,12 @@ export class LayerPolicy {
     }
     if (raw.type === 'file') {
       if (raw.size > this.#ctx.limits.maxEntryBytes) {
-        throw new LimitExceededError(`${label} is ${raw.size} bytes, above the limit of ${this.#ctx.limits.maxEntryBytes}`)
+        throw new LimitExceededError(`${named()} is ${raw.size} bytes, above the limit of ${this.#ctx.limits.maxEntryBytes}`)
       }
       header.size = raw.size
     } else if (raw.size !== 0) fail(`is a ${raw.type} with a non-zero size`)
     if (raw.type === 'symlink') header.target = this.#symlinkTarget(path, raw.linkname, fail)
-    if (raw.type === 'hardlink') header.target = this.#hardlinkTarget(path, raw.linkname, label, fail)
+    if (raw.type === 'hardlink') header.target = this.#hardlinkTarget(path, raw.linkname, named(), fail)
     if (raw.type === 'char' || raw.type === 'block') {
       header.devMajor = raw.devMajor ?? 0
       header.devMinor = raw.devMinor ?? 0
@@ -242,12 +244,11 @@ export class LayerPolicy {
   }
 
   #checkNumbers (raw: RawEntry, fail: (why: string) => never): void {
-    const ok = (n: number | undefined, max: number): boolean => n === undefined || (Number.isSafeInteger(n) && n >= 0 && n <= max)
-    if (!ok(raw.uid, MAX_ID) || !ok(raw.gid, MAX_ID)) fail(`has an invalid uid/gid (${raw.uid}/${raw.gid})`)
+    if (!inRange(raw.uid, MAX_ID) || !inRange(raw.gid, MAX_ID)) fail(`has an invalid uid/gid (${raw.uid}/${raw.gid})`)
     if (!Number.isSafeInteger(raw.mtime)) fail('has an invalid mtime')
-    if (!ok(raw.mode, Number.MAX_SAFE_INTEGER)) fail('has an invalid mode')
-    if (!ok(raw.size, Number.MAX_SAFE_INTEGER)) fail(`declares an absurd size (${raw.size})`)
-    if (!ok(raw.devMajor, MAX_ID) || !ok(raw.devMinor, MAX_ID)) fail('has invalid device numbers')
+    if (!inRange(raw.mode, Number.MAX_SAFE_INTEGER)) fail('has an invalid mode')
+    if (!inRange(raw.size, Number.MAX_SAFE_INTEGER)) fail(`declares an absurd size (${raw.size})`)
+    if (!inRange(raw.devMajor, MAX_ID) || !inRange(raw.devMinor, MAX_ID)) fail('has invalid device numbers')
   }
 
   #xattrs (xattrs: Map<string, Uint8Array> | undefined, fail: (why: string) => never): Record<string, string> | undefined {
@@ -261,4 +262,9 @@ export class LayerPolicy {
     }
     return out
   }
+}
+
+/** Absent, or a whole number in [0, max]. */
+function inRange (n: number | undefined, max: number): boolean {
+  return n === undefined || (Number.isSafeInteger(n) && n >= 0 && n <= max)
 }
