@@ -144,6 +144,6 @@ export class FileChunker {
 
   #readBuffer (size: number): Buffer {
     if (size > MAX_FILE_BY_PATH_BYTES) throw new Error(`internal: a file of ${size} bytes was sent to be read whole`)
-    return (this.#readBuf ??= Buffer.allocUnsafeSlow(MAX_FILE_BY_PATH_BYTES))
+    return (this.#readBuf ??= Buffer.allocUnsafeSlow(MAX_FILE_BY_PATH_BYTES + 1)) // + 1: readExactFile finds a grown file in the same read
   }
 }

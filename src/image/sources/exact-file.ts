@@ -24,9 +24,7 @@ export class ExactFile {
 
   /** Throws BadInputError when the file cannot be opened (or is now a symlink). */
   constructor (path: string, size: number, label: string) {
-    try { this.#fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW) } catch (err) {
-      throw new BadInputError(`${label}: cannot open: ${(err as Error).message}`, { cause: err })
-    }
+    this.#fd = openExact(path, label)
     this.#size = size
     this.#label = label
   }
@@ -64,16 +62,32 @@ export class ExactFile {
 }
 
 /**
- * The whole file into the start of `buf` (which must hold `size` bytes), as
- * a view. Throws BadInputError as ExactFile does.
+ * The whole file into the start of `buf`, as a view. `buf` must hold
+ * `size + 1` bytes: asking for one byte more than expected finds a file that
+ * grew in the same read (a regular file returns a short read only at its
+ * end), so a small file costs one read. Throws BadInputError as ExactFile does.
  */
 export function readExactFile (path: string, size: number, label: string, buf: Uint8Array): Uint8Array {
-  const file = new ExactFile(path, size, label)
+  if (buf.length < size + 1) throw new Error(`internal: ${label}: a read buffer of ${buf.length} bytes cannot check ${size}`)
+  const fd = openExact(path, label)
   try {
-    const content = file.read(buf.subarray(0, size))
-    if (content.length !== size || file.read(buf).length !== 0) throw new Error(`internal: ${label}: short read`)
-    return content
+    let got = 0
+    for (;;) {
+      const n = readSync(fd, buf, got, size + 1 - got, got)
+      if (n === 0) break
+      got += n
+      if (got > size) throw new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
+    }
+    if (got < size) throw new BadInputError(`${label}: shrank from ${size} to ${got} bytes while being read`)
+    return buf.subarray(0, size)
   } finally {
-    file.close()
+    closeSync(fd)
+  }
+}
+
+/** Open for reading, refusing a symlink (O_NOFOLLOW). Throws BadInputError. */
+function openExact (path: string, label: string): number {
+  try { return openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW) } catch (err) {
+    throw new BadInputError(`${label}: cannot open: ${(err as Error).message}`, { cause: err })
   }
 }
