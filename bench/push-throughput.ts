@@ -14,7 +14,8 @@
  * - `tar -C ROOTFS -cf - . | zstd -3 -T1 > out.zst`;
  * - `tar -C ROOTFS -cf - . | gzip -6 > out.gz`.
  * The source tree is read once before timing, so all read it from the page
- * cache. Also reported: CPU seconds (user + system, all threads and
+ * cache, and every contender starts after a `sync` (untimed), so none pays
+ * for the writeback of another's output. Also reported: CPU seconds (user + system, all threads and
  * children) per contender, which the machine's load disturbs less.
  *
  * Then, unless --no-profile, one more push of the directory under
@@ -33,6 +34,16 @@ const PROFILE = !flag('no-profile')
 const TOP_FUNCTIONS = 10
 
 interface Sample extends Timed { outputBytes: number }
+
+/**
+ * Untimed, before every contender: write back what the previous one left
+ * dirty. zstd and gzip write their output without fsync, push fsyncs its
+ * store; without this the contender after gzip (always the directory push)
+ * paid for gzip's writeback.
+ */
+async function settle (): Promise<void> {
+  await timeShell('sync')
+}
 
 async function duBytes (path: string): Promise<number> {
   return Number((await timeShell(`du -sb ${shq(path)} | cut -f1`)).stdout.trim())
@@ -56,6 +67,7 @@ async function main (): Promise<void> {
     const push = (label: string, src: string, keep = false) => async (rep: number): Promise<Sample> => {
       const home = join(work, `${label}-${rep}`)
       const env = { ...process.env, LAYERD_HOME: home, LAYERD_STORE: `file://${join(home, 'store')}` }
+      await settle()
       const t = await timeShell(`mkdir -p ${shq(home)} && exec node ${shq(LAYERCTL_JS)} push ${shq(src)} bench/python:v1`, { env })
       const outputBytes = await duBytes(join(home, 'store'))
       if (!keep) await rm(home, { recursive: true, force: true })
@@ -66,6 +78,7 @@ async function main (): Promise<void> {
       const home = join(work, `${label}-${rep}`)
       const env = { ...process.env, LAYERD_HOME: home, LAYERD_STORE: `file://${join(home, 'store')}` }
       const before = await duBytes(join(home, 'store'))
+      await settle()
       const t = await timeShell(`exec node ${shq(LAYERCTL_JS)} push ${shq(src)} bench/python:again`, { env })
       const outputBytes = await duBytes(join(home, 'store')) - before
       await rm(home, { recursive: true, force: true })
@@ -73,6 +86,7 @@ async function main (): Promise<void> {
     }
     const compress = (tool: string, ext: string) => async (rep: number): Promise<Sample> => {
       const out = join(work, `out-${rep}.${ext}`)
+      await settle()
       const t = await timeShell(`tar -C ${shq(rootfs)} -cf - . | ${tool} > ${shq(out)}`)
       const outputBytes = await duBytes(out)
       await rm(out, { force: true })

@@ -102,6 +102,9 @@ function topBitsMask (bits: number): number {
   return bits <= 0 ? 0 : bits >= 32 ? -1 : (((1 << bits) - 1) << (32 - bits)) | 0
 }
 
+/** The most bytes one scanForMatch call scans (see there). */
+const SCAN_WINDOW_BYTES = 1024
+
 /** Content-defined chunker (FastCDC with normalized chunking). See the module doc. */
 export class FastCdcChunker implements Chunker {
   readonly minSize: number
@@ -133,9 +136,12 @@ export class FastCdcChunker implements Chunker {
 
   push (data: Uint8Array): Uint8Array[] {
     const out: Uint8Array[] = []
+    // The scan always sees a plain Uint8Array: a Buffer here and a Uint8Array there made V8 deoptimize
+    // and recompile the scan loop over and over (bench/push-throughput.ts). Chunks are still cut from `data`.
+    const bytes = data.constructor === Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
     let start = 0
     while (start < data.length) {
-      const cut = this.scan(data, start)
+      const cut = this.scan(bytes, start)
       if (cut < 0) {
         this.pending.add(data.subarray(start))
         break
@@ -172,14 +178,14 @@ export class FastCdcChunker implements Chunker {
     }
     if (position >= this.minSize && position < this.avgSize) {
       const end = i + Math.min(this.avgSize - position, n - i)
-      const cut = this.scanForMatch(data, i, end, this.maskHard)
+      const cut = this.scanRange(data, i, end, this.maskHard)
       if (cut >= 0) return this.cutAt(cut)
       position += end - i
       i = end
     }
     if (position >= this.avgSize) {
       const end = i + Math.min(this.maxSize - position, n - i)
-      const cut = this.scanForMatch(data, i, end, this.maskEasy)
+      const cut = this.scanRange(data, i, end, this.maskEasy)
       if (cut >= 0) return this.cutAt(cut)
       position += end - i
       if (position >= this.maxSize) return this.cutAt(end)
@@ -188,33 +194,54 @@ export class FastCdcChunker implements Chunker {
     return -1
   }
 
+  /** scanForMatch over data[start, end), SCAN_WINDOW_BYTES at a time. */
+  private scanRange (data: Uint8Array, start: number, end: number, mask: number): number {
+    for (let from = start; from < end; from += SCAN_WINDOW_BYTES) {
+      const cut = this.scanForMatch(data, from, Math.min(end, from + SCAN_WINDOW_BYTES), mask)
+      if (cut >= 0) return cut
+    }
+    return -1
+  }
+
   /**
    * Roll the gear hash over data[start, end). Returns the index just past
    * the first byte after which `(hash & mask) === 0`, or -1 with `this.hash`
    * updated. Unrolled by eight: about 1.4x faster than the plain loop in V8 (Node 20).
+   *
+   * Written for V8's optimizer. Code that has never run has no type feedback,
+   * and optimized code bails out when it reaches such code. Given a long
+   * range, V8 optimized this loop in the middle of its first call (on-stack
+   * replacement), before any exit or the tail had run, and a push then
+   * recompiled it 21 times and bailed out of it dozens more. So callers scan
+   * at most SCAN_WINDOW_BYTES per call (scanRange), which runs the code after
+   * the loop thousands of times before the loop is hot, and the eight exits
+   * only store a constant, so the one `i + k` after the loop has feedback
+   * once any exit has been taken.
    */
   private scanForMatch (data: Uint8Array, start: number, end: number, mask: number): number {
     const gear = GEAR_TABLE
     let h = this.hash
     let i = start
+    let k = 0
     for (const end8 = end - 7; i < end8; i += 8) {
       h = ((h << 1) + gear[data[i]!]!) | 0
-      if ((h & mask) === 0) return i + 1
+      if ((h & mask) === 0) { k = 1; break }
       h = ((h << 1) + gear[data[i + 1]!]!) | 0
-      if ((h & mask) === 0) return i + 2
+      if ((h & mask) === 0) { k = 2; break }
       h = ((h << 1) + gear[data[i + 2]!]!) | 0
-      if ((h & mask) === 0) return i + 3
+      if ((h & mask) === 0) { k = 3; break }
       h = ((h << 1) + gear[data[i + 3]!]!) | 0
-      if ((h & mask) === 0) return i + 4
+      if ((h & mask) === 0) { k = 4; break }
       h = ((h << 1) + gear[data[i + 4]!]!) | 0
-      if ((h & mask) === 0) return i + 5
+      if ((h & mask) === 0) { k = 5; break }
       h = ((h << 1) + gear[data[i + 5]!]!) | 0
-      if ((h & mask) === 0) return i + 6
+      if ((h & mask) === 0) { k = 6; break }
       h = ((h << 1) + gear[data[i + 6]!]!) | 0
-      if ((h & mask) === 0) return i + 7
+      if ((h & mask) === 0) { k = 7; break }
       h = ((h << 1) + gear[data[i + 7]!]!) | 0
-      if ((h & mask) === 0) return i + 8
+      if ((h & mask) === 0) { k = 8; break }
     }
+    if (k !== 0) return i + k
     for (; i < end; i++) {
       h = ((h << 1) + gear[data[i]!]!) | 0
       if ((h & mask) === 0) return i + 1
