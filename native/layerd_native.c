@@ -1,6 +1,7 @@
 // layerd's native addon: the few system calls Node does not expose
 // (extended attributes without following symlinks, mknod, mount, umount2,
-// loop devices), directory scans for push (dir_scan.c), and a FUSE
+// loop devices), directory scans and FastCDC's cut search for push
+// (dir_scan.c, fastcdc.c), and a FUSE
 // server that speaks the kernel protocol itself (fuse_server.c).
 // Loaded only through src/native.ts, which gives it a typed interface.
 // Every function is synchronous; failures throw an Error carrying Node-style
@@ -282,6 +283,7 @@ static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
 
 void fuse_server_register(napi_env env, napi_value exports);  // fuse_server.c
 void dir_scan_register(napi_env env, napi_value exports);  // dir_scan.c
+void fastcdc_register(napi_env env, napi_value exports);  // fastcdc.c
 
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
@@ -298,6 +300,7 @@ static napi_value init(napi_env env, napi_value exports) {
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   fuse_server_register(env, exports);
   dir_scan_register(env, exports);
+  fastcdc_register(env, exports);
   return exports;
 }
 

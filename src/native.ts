@@ -1,8 +1,8 @@
 /**
  * Typed loader for layerd's native addon (native/layerd_native.c): the few
  * system calls Node lacks — extended attributes that do not follow symlinks,
- * and mknod for device nodes and fifos — directory scans for push
- * (native/dir_scan.c), and a FUSE server that speaks the kernel protocol
+ * and mknod for device nodes and fifos — directory scans and FastCDC's cut
+ * search for push (native/dir_scan.c, fastcdc.c), and a FUSE server that speaks the kernel protocol
  * (native/fuse_server.c, used by src/fs/kernel-fuse.ts).
  *
  * The addon is built by `npm run build` (node-gyp) into
@@ -36,6 +36,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding> {
   mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
   scanDir? (path: string): Buffer
   statPath? (path: string): Buffer
+  fastcdcNext? (data: Uint8Array, from: number, state: Int32Array, params: Int32Array, gear: Int32Array): number
 }
 
 /** Directory scans (native/dir_scan.c): packed records, decoded by src/image/sources/dir-scan.ts. */
@@ -130,7 +131,18 @@ export function nativeDirScan (): NativeDirScanBinding {
   return { scanDir: b.scanDir.bind(b), statPath: b.statPath.bind(b) }
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: directory scans). Sync. */
+/**
+ * FastCDC's cut search (native/fastcdc.c): the CdcScanner contract of
+ * src/format/chunker.ts, with the gear table as a last argument. Sync;
+ * throws UnsupportedError when the addon is missing or older than version 4.
+ */
+export function nativeFastCdcNext (): (data: Uint8Array, from: number, state: Int32Array, params: Int32Array, gear: Int32Array) => number {
+  const b = load()
+  if (b.fastcdcNext === undefined) throw new UnsupportedError('layerd native addon has no FastCDC scan (built before version 4): run `npm run build`')
+  return b.fastcdcNext.bind(b)
+}
+
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: directory scans, FastCDC). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

@@ -102,102 +102,60 @@ function topBitsMask (bits: number): number {
   return bits <= 0 ? 0 : bits >= 32 ? -1 : (((1 << bits) - 1) << (32 - bits)) | 0
 }
 
+/**
+ * FastCDC's cut search, given the chunker's state. Implementations must cut
+ * byte for byte alike: JsCdcScanner is the reference; push's workers inject
+ * a native one (src/image/native-cdc-scanner.ts).
+ */
+export interface CdcScanner {
+  /**
+   * The end of the open chunk in data[from..] (an index into `data`), or -1
+   * when `data` ends first. `state` is [bytes of the open chunk seen so far,
+   * rolling hash]: reset to [0, 0] at a cut, saved otherwise. `params` is
+   * [minSize, avgSize, maxSize, maskHard, maskEasy]. Sync.
+   */
+  next: (data: Uint8Array, from: number, state: Int32Array, params: Int32Array) => number
+}
+
 /** The most bytes one scanForMatch call scans (see there). */
 const SCAN_WINDOW_BYTES = 1024
 
-/** Content-defined chunker (FastCDC with normalized chunking). See the module doc. */
-export class FastCdcChunker implements Chunker {
-  readonly minSize: number
-  readonly avgSize: number
-  readonly maxSize: number
-  private readonly maskHard: number
-  private readonly maskEasy: number
-  private readonly pending = new PendingBytes()
-  /** Bytes of the open chunk seen so far. */
-  private position = 0
-  private hash = 0
-
-  /** Throws UsageError unless 64 <= minSize < avgSize < maxSize <= 2^30 and avgSize is a power of two. */
-  constructor (opts: FastCdcOptions) {
-    const { minSize, avgSize, maxSize } = opts
-    const sizes = `minSize ${minSize}, avgSize ${avgSize}, maxSize ${maxSize}`
-    if (![minSize, avgSize, maxSize].every(Number.isSafeInteger)) throw new UsageError(`FastCDC sizes must be integers: ${sizes}`)
-    if (!(minSize >= 64 && minSize < avgSize && avgSize < maxSize && maxSize <= 2 ** 30)) {
-      throw new UsageError(`FastCDC sizes must satisfy 64 <= min < avg < max <= 1 GiB: ${sizes}`)
-    }
-    const bits = Math.log2(avgSize)
-    if (!Number.isInteger(bits)) throw new UsageError(`FastCDC avgSize must be a power of two: ${sizes}`)
-    this.minSize = minSize
-    this.avgSize = avgSize
-    this.maxSize = maxSize
-    this.maskHard = topBitsMask(bits + FASTCDC_NORMALIZATION_LEVEL)
-    this.maskEasy = topBitsMask(bits - FASTCDC_NORMALIZATION_LEVEL)
-  }
-
-  push (data: Uint8Array): Uint8Array[] {
-    const out: Uint8Array[] = []
-    // The scan always sees a plain Uint8Array: a Buffer here and a Uint8Array there made V8 deoptimize
-    // and recompile the scan loop over and over (bench/push-throughput.ts). Chunks are still cut from `data`.
-    const bytes = data.constructor === Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
-    let start = 0
-    while (start < data.length) {
-      const cut = this.scan(bytes, start)
-      if (cut < 0) {
-        this.pending.add(data.subarray(start))
-        break
-      }
-      out.push(this.pending.take(data.subarray(start, cut)))
-      start = cut
-    }
-    return out
-  }
-
-  flush (): Uint8Array | undefined {
-    this.position = 0
-    this.hash = 0
-    return this.pending.length > 0 ? this.pending.take(new Uint8Array(0)) : undefined
-  }
-
-  detach (): void {
-    this.pending.detach()
-  }
-
-  /**
-   * Scan `data` from `from` (which continues the open chunk) for the end of
-   * that chunk. Returns the index just past the chunk's last byte and resets
-   * the scan state, or -1 when `data` ends first (state saved for next push).
-   */
-  private scan (data: Uint8Array, from: number): number {
+/** FastCDC's cut search in JS: the reference CdcScanner, and the default. */
+export class JsCdcScanner implements CdcScanner {
+  next (data: Uint8Array, from: number, state: Int32Array, params: Int32Array): number {
+    const minSize = params[0]!
+    const avgSize = params[1]!
+    const maxSize = params[2]!
     const n = data.length
-    let position = this.position
+    let position = state[0]!
     let i = from
-    if (position < this.minSize) {
-      const skip = Math.min(this.minSize - position, n - i)
+    if (position < minSize) {
+      const skip = Math.min(minSize - position, n - i)
       i += skip
       position += skip
     }
-    if (position >= this.minSize && position < this.avgSize) {
-      const end = i + Math.min(this.avgSize - position, n - i)
-      const cut = this.scanRange(data, i, end, this.maskHard)
-      if (cut >= 0) return this.cutAt(cut)
+    if (position >= minSize && position < avgSize) {
+      const end = i + Math.min(avgSize - position, n - i)
+      const cut = this.scanRange(data, i, end, params[3]!, state)
+      if (cut >= 0) return cutAt(cut, state)
       position += end - i
       i = end
     }
-    if (position >= this.avgSize) {
-      const end = i + Math.min(this.maxSize - position, n - i)
-      const cut = this.scanRange(data, i, end, this.maskEasy)
-      if (cut >= 0) return this.cutAt(cut)
+    if (position >= avgSize) {
+      const end = i + Math.min(maxSize - position, n - i)
+      const cut = this.scanRange(data, i, end, params[4]!, state)
+      if (cut >= 0) return cutAt(cut, state)
       position += end - i
-      if (position >= this.maxSize) return this.cutAt(end)
+      if (position >= maxSize) return cutAt(end, state)
     }
-    this.position = position
+    state[0] = position
     return -1
   }
 
-  /** scanForMatch over data[start, end), SCAN_WINDOW_BYTES at a time. */
-  private scanRange (data: Uint8Array, start: number, end: number, mask: number): number {
+  /** scanForMatch over data[start, end), SCAN_WINDOW_BYTES at a time; the hash lives in state[1]. */
+  private scanRange (data: Uint8Array, start: number, end: number, mask: number, state: Int32Array): number {
     for (let from = start; from < end; from += SCAN_WINDOW_BYTES) {
-      const cut = this.scanForMatch(data, from, Math.min(end, from + SCAN_WINDOW_BYTES), mask)
+      const cut = this.scanForMatch(data, from, Math.min(end, from + SCAN_WINDOW_BYTES), mask, state)
       if (cut >= 0) return cut
     }
     return -1
@@ -205,8 +163,9 @@ export class FastCdcChunker implements Chunker {
 
   /**
    * Roll the gear hash over data[start, end). Returns the index just past
-   * the first byte after which `(hash & mask) === 0`, or -1 with `this.hash`
-   * updated. Unrolled by eight: about 1.4x faster than the plain loop in V8 (Node 20).
+   * the first byte after which `(hash & mask) === 0`, or -1 with the hash
+   * (state[1]) updated. Unrolled by eight: about 1.4x faster than the plain
+   * loop in V8 (Node 20).
    *
    * Written for V8's optimizer. Code that has never run has no type feedback,
    * and optimized code bails out when it reaches such code. Given a long
@@ -218,9 +177,9 @@ export class FastCdcChunker implements Chunker {
    * only store a constant, so the one `i + k` after the loop has feedback
    * once any exit has been taken.
    */
-  private scanForMatch (data: Uint8Array, start: number, end: number, mask: number): number {
+  private scanForMatch (data: Uint8Array, start: number, end: number, mask: number, state: Int32Array): number {
     const gear = GEAR_TABLE
-    let h = this.hash
+    let h = state[1]!
     let i = start
     let k = 0
     for (const end8 = end - 7; i < end8; i += 8) {
@@ -246,14 +205,76 @@ export class FastCdcChunker implements Chunker {
       h = ((h << 1) + gear[data[i]!]!) | 0
       if ((h & mask) === 0) return i + 1
     }
-    this.hash = h
+    state[1] = h
     return -1
   }
+}
 
-  private cutAt (index: number): number {
-    this.position = 0
-    this.hash = 0
-    return index
+function cutAt (index: number, state: Int32Array): number {
+  state[0] = 0
+  state[1] = 0
+  return index
+}
+
+const JS_CDC_SCANNER = new JsCdcScanner()
+
+/** Content-defined chunker (FastCDC with normalized chunking). See the module doc. */
+export class FastCdcChunker implements Chunker {
+  readonly minSize: number
+  readonly avgSize: number
+  readonly maxSize: number
+  private readonly pending = new PendingBytes()
+  private readonly scanner: CdcScanner
+  /** [minSize, avgSize, maxSize, maskHard, maskEasy] (CdcScanner). */
+  private readonly params: Int32Array
+  /** [bytes of the open chunk seen so far, rolling hash] (CdcScanner). */
+  private readonly state = new Int32Array(2)
+
+  /**
+   * Throws UsageError unless 64 <= minSize < avgSize < maxSize <= 2^30 and
+   * avgSize is a power of two. `scanner` finds the cuts (default: JS).
+   */
+  constructor (opts: FastCdcOptions, scanner: CdcScanner = JS_CDC_SCANNER) {
+    const { minSize, avgSize, maxSize } = opts
+    const sizes = `minSize ${minSize}, avgSize ${avgSize}, maxSize ${maxSize}`
+    if (![minSize, avgSize, maxSize].every(Number.isSafeInteger)) throw new UsageError(`FastCDC sizes must be integers: ${sizes}`)
+    if (!(minSize >= 64 && minSize < avgSize && avgSize < maxSize && maxSize <= 2 ** 30)) {
+      throw new UsageError(`FastCDC sizes must satisfy 64 <= min < avg < max <= 1 GiB: ${sizes}`)
+    }
+    const bits = Math.log2(avgSize)
+    if (!Number.isInteger(bits)) throw new UsageError(`FastCDC avgSize must be a power of two: ${sizes}`)
+    this.minSize = minSize
+    this.avgSize = avgSize
+    this.maxSize = maxSize
+    this.scanner = scanner
+    this.params = Int32Array.of(minSize, avgSize, maxSize, topBitsMask(bits + FASTCDC_NORMALIZATION_LEVEL), topBitsMask(bits - FASTCDC_NORMALIZATION_LEVEL))
+  }
+
+  push (data: Uint8Array): Uint8Array[] {
+    const out: Uint8Array[] = []
+    // The scan always sees a plain Uint8Array: a Buffer here and a Uint8Array there made V8 deoptimize
+    // and recompile the scan loop over and over (bench/push-throughput.ts). Chunks are still cut from `data`.
+    const bytes = data.constructor === Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+    let start = 0
+    while (start < data.length) {
+      const cut = this.scanner.next(bytes, start, this.state, this.params)
+      if (cut < 0) {
+        this.pending.add(data.subarray(start))
+        break
+      }
+      out.push(this.pending.take(data.subarray(start, cut)))
+      start = cut
+    }
+    return out
+  }
+
+  flush (): Uint8Array | undefined {
+    this.state.fill(0)
+    return this.pending.length > 0 ? this.pending.take(new Uint8Array(0)) : undefined
+  }
+
+  detach (): void {
+    this.pending.detach()
   }
 }
 

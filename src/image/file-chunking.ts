@@ -11,13 +11,14 @@
  * completed.
  *
  * May import: src/errors.ts, src/format/, src/state/node-db.ts,
- * ./sources/exact-file.ts, zstd-napi's binding, node built-ins.
+ * ./native-cdc-scanner.ts, ./sources/exact-file.ts, zstd-napi's binding, node built-ins.
  */
 import zstd from 'zstd-napi/binding.js'
 import { BadInputError } from '../errors.js'
 import { chunkBuffer, FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 import { sha256Hex } from '../format/digest.js'
 import { openSqlite } from '../state/node-db.js'
+import { bestCdcScanner } from './native-cdc-scanner.js'
 import { readExactFile } from './sources/exact-file.js'
 
 export interface ChunkingParams {
@@ -67,6 +68,7 @@ export const MAX_FILE_BY_PATH_BYTES = 4 * 1024 * 1024
 export class FileChunker {
   readonly #params: ChunkingParams
   readonly #open = new Map<number, FastCdcChunker>()
+  readonly #scanner = bestCdcScanner()
   readonly #whole: FastCdcChunker
   readonly #cctx = new zstd.CCtx()
   readonly #isStored: ((digest: string) => boolean) | undefined
@@ -76,7 +78,7 @@ export class FileChunker {
 
   constructor (params: ChunkingParams) {
     this.#params = params
-    this.#whole = new FastCdcChunker(params.cdc)
+    this.#whole = new FastCdcChunker(params.cdc, this.#scanner)
     if (params.dedup !== undefined) {
       const db = openSqlite(params.dedup.dbPath, { readonly: true, fileMustExist: true })
       const lookup = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? AND digest = ?').pluck()
@@ -107,7 +109,7 @@ export class FileChunker {
         }
       } else {
         let chunker = this.#open.get(file)
-        if (chunker === undefined) { chunker = new FastCdcChunker(this.#params.cdc); this.#open.set(file, chunker) }
+        if (chunker === undefined) { chunker = new FastCdcChunker(this.#params.cdc, this.#scanner); this.#open.set(file, chunker) }
         done = chunker.push(batch.data.subarray(start, end))
         if (batch.last[i] === true) {
           const tail = chunker.flush()
