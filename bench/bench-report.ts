@@ -169,10 +169,12 @@ export interface Contender<T> {
  * (A, B, C, A, B, C, …). Returns each contender's samples by name. Logs a
  * line per sample to stderr through `describe`.
  */
-export async function runInterleaved<T> (reps: number, contenders: Array<Contender<T>>, describe: (sample: T) => string): Promise<Map<string, T[]>> {
+export async function runInterleaved<T> (reps: number, contenders: Array<Contender<T>>, describe: (sample: T) => string, opts: { rotate?: boolean } = {}): Promise<Map<string, T[]>> {
   const samples = new Map<string, T[]>(contenders.map(c => [c.name, []]))
   for (let rep = 0; rep < reps; rep++) {
-    for (const c of contenders) {
+    // rotate: rep r starts at contender r, so no contender always runs right after the same other one.
+    const order = opts.rotate === true ? contenders.map((_, i) => contenders[(i + rep) % contenders.length]!) : contenders
+    for (const c of order) {
       const s = await c.run(rep)
       samples.get(c.name)!.push(s)
       process.stderr.write(`  rep ${rep + 1}/${reps} ${c.name}: ${describe(s)}  [load ${loadAverage()}]\n`)
