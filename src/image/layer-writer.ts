@@ -10,7 +10,7 @@
  */
 import type { ChunkLocation, LayerToc, TocEntry } from '../format/toc.js'
 import type { BlobPacker, PackHandle } from './blob-packer.js'
-import { NO_BYTES, type ChunkingPool, type EncodedChunk } from './chunking-pool.js'
+import type { ChunkingPool, EncodedChunk } from './chunking-pool.js'
 import { MAX_FILE_BY_PATH_BYTES } from './file-chunking.js'
 import type { ChunkIndex } from './chunk-index.js'
 import type { LayerSource } from './sources/image-source.js'
@@ -102,7 +102,7 @@ class LayerWriter {
   async readEntries (layer: LayerSource): Promise<void> {
     const { chunking } = this.#deps
     for await (const { header, body, file: onDisk } of layer.entries()) {
-      const entry: TocEntry = { ...header }
+      const entry: TocEntry = header // each entry's header is a fresh object: it becomes the TOC entry
       this.entries.push(entry)
       this.stats.entries++
       if (body === undefined || header.size === 0) continue
@@ -114,11 +114,14 @@ class LayerWriter {
         this.#countRead(header.size)
         continue
       }
+      // The piece that completes the declared size is the file's last: no empty piece after it.
+      let got = 0
       for await (const piece of body) {
-        await this.#enqueue({ chunks: chunking.push(file, piece, false), entry, bytes: piece.length, byPath: false })
+        got += piece.length
+        await this.#enqueue({ chunks: chunking.push(file, piece, got >= header.size), entry, bytes: piece.length, byPath: false })
         this.#countRead(piece.length)
       }
-      await this.#enqueue({ chunks: chunking.push(file, NO_BYTES, true), entry, bytes: 0, byPath: false })
+      if (got !== header.size) throw new Error(`internal: ${layer.name}: entry ${JSON.stringify(header.path)} delivered ${got} of ${header.size} bytes without an error`)
     }
   }
 
