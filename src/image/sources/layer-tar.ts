@@ -5,8 +5,6 @@
  *   stored bytes ─ sha256 (blob digest) ─ gunzip | zstd ─ byte counters (bomb
  *   limits) ─ sha256 (diff_id) ─ TarFramingGuard ─ tar-stream extract ─ LayerPolicy
  *
- * The two sha256s of a big layer run on a worker thread (stream-hash.ts).
- *
  * Memory stays bounded by backpressure end to end: the extract only accepts
  * more bytes once the consumer has taken the current entry's content.
  * Failures anywhere become one BadInputError/LimitExceededError naming the
@@ -15,6 +13,7 @@
  *
  * May import: src/errors.ts, src/format/, the modules next to it.
  */
+import { createHash } from 'node:crypto'
 import type { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import tarStream from 'tar-stream'
@@ -24,7 +23,6 @@ import { COMPRESSION_MAGIC_BYTES, describeDecompressError, detectCompression, gu
 import { EntryBody, type PausableStream } from './entry-body.js'
 import type { LayerEntry, LayerSource } from './image-source.js'
 import { LayerPolicy, type IngestContext } from './ingest-policy.js'
-import { streamHash, type StreamHash } from './stream-hash.js'
 import { TarFramingGuard } from './tar-framing.js'
 import type { TarMember } from './tar-header.js'
 
@@ -65,8 +63,6 @@ export class TarLayerSource implements LayerSource {
   readonly #ctx: IngestContext
   #started = false
   #diffId: Digest | undefined
-  /** The tar's sha256, set by the pump once the input is read to the end. */
-  #diffHex: string | undefined
   #pumpError: unknown
 
   constructor (input: TarLayerInput, ctx: IngestContext) {
@@ -92,7 +88,7 @@ export class TarLayerSource implements LayerSource {
     extract.on('error', () => {}) // surfaced through the iterator
     const guard = new TarFramingGuard({ layerName: this.name, maxEntryBytes: this.#ctx.limits.maxEntryBytes, warn: m => this.#ctx.notice(m) })
     const policy = new LayerPolicy(this.name, this.#ctx)
-    const diffHash = streamHash(this.#input.inputBytes)
+    const diffHash = createHash('sha256')
     const abort = new AbortController()
     const pump = this.#pump(extract, guard, diffHash, abort.signal).catch((err: unknown) => {
       if (err !== EXTRACT_CLOSED && !abort.signal.aborted) this.#pumpError = err
@@ -129,7 +125,7 @@ export class TarLayerSource implements LayerSource {
       }
       await pump
       if (this.#pumpError !== undefined) throw this.#classify(this.#pumpError)
-      const diffId: Digest = `sha256:${this.#diffHex!}`
+      const diffId: Digest = `sha256:${diffHash.digest('hex')}`
       if (this.#input.diffId !== undefined && this.#input.diffId !== diffId) {
         throw new BadInputError(`${this.name}: the uncompressed layer has diff_id ${diffId}, but the image config says ${this.#input.diffId}`)
       }
@@ -138,7 +134,6 @@ export class TarLayerSource implements LayerSource {
       complete = true
     } finally {
       if (!complete) {
-        diffHash.drop()
         abort.abort()
         extract.destroy()
         await pump
@@ -147,9 +142,9 @@ export class TarLayerSource implements LayerSource {
   }
 
   /** Stored bytes → decompressor → counters and hashes → guard → extract. Resolves once the input is fully read and verified. */
-  async #pump (extract: tarStream.Extract, guard: TarFramingGuard, diffHash: StreamHash, signal: AbortSignal): Promise<void> {
+  async #pump (extract: tarStream.Extract, guard: TarFramingGuard, diffHash: ReturnType<typeof createHash>, signal: AbortSignal): Promise<void> {
     const stored = this.#input.open()
-    let blobHash: StreamHash | undefined
+    const blobHash = createHash('sha256')
     let storedBytes = 0
     let plainBytes = 0
     const source = stored[Symbol.asyncIterator]() as AsyncIterator<Buffer>
@@ -169,15 +164,15 @@ export class TarLayerSource implements LayerSource {
       throw err
     }
     // An uncompressed blob is its own diff: hash it once (sha256 is the main thread's largest cost in push).
-    if (compression !== 'none') blobHash = streamHash(this.#input.inputBytes)
+    const hashBlob = compression !== 'none'
     async function * storedChunks (): AsyncGenerator<Buffer> {
       try {
         for (let chunk = head.shift(); chunk !== undefined; chunk = head.shift()) {
-          blobHash?.update(chunk)
+          if (hashBlob) blobHash.update(chunk)
           storedBytes += chunk.length; yield chunk
         }
         for (let r = await source.next(); r.done !== true; r = await source.next()) {
-          blobHash?.update(r.value)
+          if (hashBlob) blobHash.update(r.value)
           storedBytes += r.value.length; yield r.value
         }
       } finally { stored.destroy() }
@@ -203,18 +198,11 @@ export class TarLayerSource implements LayerSource {
     }
     const stages: Array<Transform | ((s: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>)> =
       compression === 'gzip' ? [gunzipStream()] : compression === 'zstd' ? [s => zstdDecompress(s, name)] : []
-    try {
-      await (pipeline as (...args: unknown[]) => Promise<void>)(storedChunks(), ...stages, consume, { signal })
-    } catch (err) {
-      blobHash?.drop()
-      throw err
-    }
+    await (pipeline as (...args: unknown[]) => Promise<void>)(storedChunks(), ...stages, consume, { signal })
     if (this.#input.blobSize !== undefined && storedBytes !== this.#input.blobSize) {
-      blobHash?.drop()
       throw new BadInputError(`${name}: blob is ${storedBytes} bytes but its descriptor says ${this.#input.blobSize}`)
     }
-    this.#diffHex = await diffHash.digest()
-    const blobDigest: Digest = `sha256:${blobHash === undefined ? this.#diffHex : await blobHash.digest()}`
+    const blobDigest: Digest = `sha256:${(hashBlob ? blobHash : diffHash.copy()).digest('hex')}`
     if (this.#input.blobDigest !== undefined && blobDigest !== this.#input.blobDigest) {
       throw new BadInputError(`${name}: blob content has digest ${blobDigest}, not ${this.#input.blobDigest} (corrupt or tampered layout)`)
     }
