@@ -1,7 +1,6 @@
 // layerd's native addon: the few system calls Node does not expose
 // (extended attributes without following symlinks, mknod, mount, umount2,
-// loop devices), directory scans and FastCDC's cut search for push
-// (dir_scan.c, fastcdc.c), and a FUSE
+// loop devices), FastCDC's cut search for push (fastcdc.c), and a FUSE
 // server that speaks the kernel protocol itself (fuse_server.c).
 // Loaded only through src/native.ts, which gives it a typed interface.
 // Every function is synchronous; failures throw an Error carrying Node-style
@@ -69,15 +68,6 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < want) { throw_type(env, "missing arguments"); return 0; }
   return 1;
-}
-
-// For the other files of the addon (dir_scan.c).
-napi_value layerd_throw_errno(napi_env env, int err, const char *syscall, const char *path) {
-  return throw_errno(env, err, syscall, path);
-}
-int layerd_get_path(napi_env env, napi_callback_info info, char *path, size_t cap) {
-  napi_value argv[1];
-  return get_args(env, info, 1, argv) && get_string(env, argv[0], path, cap, "path must be a string");
 }
 
 static napi_value version(napi_env env, napi_callback_info info) {
@@ -282,7 +272,6 @@ static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
 }
 
 void fuse_server_register(napi_env env, napi_value exports);  // fuse_server.c
-void dir_scan_register(napi_env env, napi_value exports);  // dir_scan.c
 void fastcdc_register(napi_env env, napi_value exports);  // fastcdc.c
 
 static napi_value init(napi_env env, napi_value exports) {
@@ -299,7 +288,6 @@ static napi_value init(napi_env env, napi_value exports) {
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   fuse_server_register(env, exports);
-  dir_scan_register(env, exports);
   fastcdc_register(env, exports);
   return exports;
 }

@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { execFileSync } from 'node:child_process'
 import { lgetxattr, llistxattr, lsetxattr, mknod, nativeVersion, readXattrs, XATTR_CREATE } from './native.js'
 
-t.test('nativeVersion() reports the xattr/mknod/FUSE server/directory scan interface', async t => {
+t.test('nativeVersion() reports the xattr/mknod/FUSE server/FastCDC interface', async t => {
   t.equal(nativeVersion(), 4)
 })
 

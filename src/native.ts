@@ -1,8 +1,8 @@
 /**
  * Typed loader for layerd's native addon (native/layerd_native.c): the few
  * system calls Node lacks — extended attributes that do not follow symlinks,
- * and mknod for device nodes and fifos — directory scans and FastCDC's cut
- * search for push (native/dir_scan.c, fastcdc.c), and a FUSE server that speaks the kernel protocol
+ * and mknod for device nodes and fifos — FastCDC's cut search for push
+ * (native/fastcdc.c), and a FUSE server that speaks the kernel protocol
  * (native/fuse_server.c, used by src/fs/kernel-fuse.ts).
  *
  * The addon is built by `npm run build` (node-gyp) into
@@ -34,17 +34,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding> {
   umount2? (target: string, flags: number): void
   mountLoop? (file: string, target: string, fstype: string, flags: number, data: string): void
   mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
-  scanDir? (path: string): Buffer
-  statPath? (path: string): Buffer
   fastcdcNext? (data: Uint8Array, from: number, state: Int32Array, params: Int32Array, gear: Int32Array): number
-}
-
-/** Directory scans (native/dir_scan.c): packed records, decoded by src/image/sources/dir-scan.ts. */
-export interface NativeDirScanBinding {
-  /** Every child of the directory `path`, sorted by name bytes: u32 count, then records. Throws errno errors for the directory itself. */
-  scanDir (path: string): Buffer
-  /** The record of `path` itself (a final symlink is not followed). */
-  statPath (path: string): Buffer
 }
 
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
@@ -124,13 +114,6 @@ export function nativeMounts (): NativeMounts {
   return { mount: b.mount.bind(b), umount2: b.umount2.bind(b), mountLoop: b.mountLoop.bind(b), mountAt: b.mountAt.bind(b) }
 }
 
-/** The addon's directory scans. Sync; throws UnsupportedError when the addon is missing or older than version 4. */
-export function nativeDirScan (): NativeDirScanBinding {
-  const b = load()
-  if (b.scanDir === undefined || b.statPath === undefined) throw new UnsupportedError('layerd native addon has no directory scans (built before version 4): run `npm run build`')
-  return { scanDir: b.scanDir.bind(b), statPath: b.statPath.bind(b) }
-}
-
 /**
  * FastCDC's cut search (native/fastcdc.c): the CdcScanner contract of
  * src/format/chunker.ts, with the gear table as a last argument. Sync;
@@ -142,7 +125,7 @@ export function nativeFastCdcNext (): (data: Uint8Array, from: number, state: In
   return b.fastcdcNext.bind(b)
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: directory scans, FastCDC). Sync. */
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

@@ -1,7 +1,7 @@
 /**
  * A directory tree as a one-layer image, read by walking it: lstat (never
- * following symlinks), readlink, xattrs, device numbers from rdev (all from
- * one native scan per directory, dir-scan.ts), hardlinks detected by (dev, ino) when nlink > 1 (later
+ * following symlinks), readlink, xattrs through the native addon, device
+ * numbers from rdev, hardlinks detected by (dev, ino) when nlink > 1 (later
  * paths become `hardlink` entries naming the first). Order is deterministic:
  * names sorted by their UTF-8 bytes, parents before children.
  *
@@ -11,25 +11,24 @@
  * push can read it on a worker thread; a file that changes size while it is
  * read is refused either way (exact-file.ts).
  *
- * The walk is synchronous. A tree is thousands of small files, and each
- * awaited fs call is a round trip through libuv's thread pool that the next
- * call waits for: on the python image (8,270 entries) the awaited walk made
- * a directory push take 2.1x as long as pushing the same image as a tar
- * (bench/push-throughput.ts). One native scan per directory, instead of
- * Node's lstat (a BigInt stat object), llistxattr and readlink per entry,
- * halves what is left of the walk on push's busiest thread. The calls are
- * cheap on a page-cached tree and the walk yields to the event loop every
- * YIELD_EVERY_ENTRIES entries, so worker results and uploads keep moving.
- * Push runs in layerctl and in commit, never inside layerd, so no FUSE
- * request waits behind a walk.
+ * The walk uses synchronous fs calls. A tree is thousands of small files, and
+ * each awaited fs call is a round trip through libuv's thread pool that the
+ * next call waits for: on the python image (8,270 entries) the awaited walk
+ * made a directory push take 2.1x as long as pushing the same image as a
+ * tar (bench/push-throughput.ts). The calls are cheap on a page-cached tree
+ * and the walk yields to the event loop every YIELD_EVERY_ENTRIES entries,
+ * so worker results and uploads keep moving. Push runs in layerctl and in
+ * commit, never inside layerd, so no FUSE request waits behind a walk.
  *
- * May import: src/errors.ts, src/format/, the modules next to it.
+ * May import: src/errors.ts, src/format/, src/native.ts, the modules next to it.
  */
-import { constants } from 'node:fs'
-import { BadInputError, UnsupportedError, UsageError } from '../../errors.js'
+import type { BigIntStats } from 'node:fs'
+import { lstatSync, readdirSync, readlinkSync } from 'node:fs'
+import { join } from 'node:path'
+import { BadInputError, UsageError } from '../../errors.js'
 import type { Digest } from '../../format/digest.js'
 import { joinPath } from '../../format/paths.js'
-import { scanDir, statPath, type ScannedEntry } from './dir-scan.js'
+import { lgetxattr, llistxattr } from '../../native.js'
 import { ZERO_DIFF_ID, type ImageSource, type LayerEntry, type LayerSource } from './image-source.js'
 import { ExactFile } from './exact-file.js'
 import { LayerPolicy, type IngestContext, type RawEntry } from './ingest-policy.js'
@@ -38,7 +37,6 @@ import { minimalConfig } from './rootfs-tar-source.js'
 const READ_CHUNK_BYTES = 1024 * 1024
 const YIELD_EVERY_ENTRIES = 256
 const UTF8 = new TextDecoder('utf-8', { fatal: true })
-const { S_IFMT, S_IFDIR, S_IFREG, S_IFLNK, S_IFIFO, S_IFCHR, S_IFBLK, S_IFSOCK } = constants
 
 /** A one-layer image of the directory at `path`. Sync; nothing is read until the layer's entries are. */
 export function openDirectory (path: string, ctx: IngestContext): ImageSource {
@@ -70,21 +68,22 @@ export class DirectoryLayerSource implements LayerSource {
     const policy = new LayerPolicy(this.name, this.#ctx)
     const firstPaths = new Map<string, string>()
     let readBuffer: Buffer | undefined
-    const rootStat = this.#stat(statPath(this.#root), '')
-    if ((rootStat.mode & S_IFMT) !== S_IFDIR) throw new BadInputError(`${this.name}: not a directory`)
-    const stack: Array<{ abs: string, rel: string, st: ScannedEntry }> = [{ abs: this.#root, rel: '', st: rootStat }]
+    const rootStat = this.#lstat(this.#root, '')
+    if (!rootStat.isDirectory()) throw new BadInputError(`${this.name}: not a directory`)
+    const stack: Array<{ abs: string, rel: string, st: BigIntStats }> = [{ abs: this.#root, rel: '', st: rootStat }]
     let walked = 0
     while (stack.length > 0) {
       if (++walked % YIELD_EVERY_ENTRIES === 0) await new Promise(resolve => setImmediate(resolve))
       const { abs, rel, st } = stack.pop()!
-      const raw = this.#rawEntry(rel, st, firstPaths)
+      const raw = this.#rawEntry(abs, rel, st, firstPaths)
       if (raw === undefined) continue
       const header = policy.admit(raw)
       if (header === undefined) continue
       if (header.type === 'file') {
         const label = `${this.name}: ${JSON.stringify(rel)}`
         yield { header, body: readFile(abs, header.size, label, readBuffer ??= Buffer.allocUnsafeSlow(READ_CHUNK_BYTES)), file: { path: abs, label } }
-      } else yield { header }
+      }
+      else yield { header }
       if (raw.type !== 'dir') continue
       if (st.dev !== rootStat.dev) {
         this.#ctx.notice(`${this.name}: ${JSON.stringify(rel)} is a mount point; recorded as an empty directory`)
@@ -96,79 +95,86 @@ export class DirectoryLayerSource implements LayerSource {
     }
   }
 
-  /** The children of `abs`, sorted by name bytes, each with its scan (native/dir_scan.c: one call per directory). */
-  #children (abs: string, rel: string): Array<{ abs: string, rel: string, st: ScannedEntry }> {
-    let scanned: ScannedEntry[]
-    try { scanned = scanDir(abs) } catch (err) {
-      if (err instanceof UnsupportedError) throw err
+  #children (abs: string, rel: string): Array<{ abs: string, rel: string, st: BigIntStats }> {
+    let names: Buffer[]
+    try { names = readdirSync(abs, { encoding: 'buffer' }) } catch (err) {
       throw new BadInputError(`${this.name}: cannot list ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
     }
-    return scanned.map(st => {
+    names.sort(Buffer.compare)
+    const out = []
+    for (const raw of names) {
       let name: string
-      try { name = UTF8.decode(st.name) } catch {
-        throw new BadInputError(`${this.name}: ${JSON.stringify(rel)} holds a name that is not valid UTF-8 (${st.name.toString('hex')})`)
+      try { name = UTF8.decode(raw) } catch {
+        throw new BadInputError(`${this.name}: ${JSON.stringify(rel)} holds a name that is not valid UTF-8 (${raw.toString('hex')})`)
       }
+      const childAbs = join(abs, name)
       const childRel = joinPath(rel, name)
-      return { abs: `${abs}/${name}`, rel: childRel, st: this.#stat(st, childRel) }
-    })
+      out.push({ abs: childAbs, rel: childRel, st: this.#lstat(childAbs, childRel) })
+    }
+    return out
   }
 
-  #rawEntry (rel: string, st: ScannedEntry, firstPaths: Map<string, string>): RawEntry | undefined {
-    const base = { name: rel, mode: st.mode & 0o7777, uid: st.uid, gid: st.gid, mtime: st.mtime, size: 0 }
-    const type = st.mode & S_IFMT
-    if (type === S_IFSOCK) {
+  #rawEntry (abs: string, rel: string, st: BigIntStats, firstPaths: Map<string, string>): RawEntry | undefined {
+    const base = {
+      name: rel,
+      mode: Number(st.mode & 0o7777n),
+      uid: Number(st.uid),
+      gid: Number(st.gid),
+      mtime: Number(floorDiv(st.mtimeNs, 1_000_000_000n)),
+      size: 0
+    }
+    if (st.isSocket()) {
       this.#ctx.notice(`${this.name}: ${JSON.stringify(rel)} is a socket; skipped`)
       return undefined
     }
-    if (type !== S_IFDIR && st.nlink > 1) {
+    if (!st.isDirectory() && st.nlink > 1n) {
       const key = `${st.dev}:${st.ino}`
       const first = firstPaths.get(key)
       // The inode's xattrs travel with the first path, as in a tar.
       if (first !== undefined) return { ...base, type: 'hardlink', linkname: first }
       firstPaths.set(key, rel)
     }
-    const xattrs = this.#xattrs(rel, st)
+    const xattrs = this.#xattrs(abs, rel)
     const withXattrs = (e: RawEntry): RawEntry => (xattrs !== undefined ? { ...e, xattrs } : e)
-    switch (type) {
-      case S_IFDIR: return withXattrs({ ...base, type: 'dir' })
-      case S_IFREG: return withXattrs({ ...base, type: 'file', size: st.size })
-      case S_IFLNK: {
-        let target: string
-        try {
-          if (st.linkError !== undefined) throw st.linkError
-          target = UTF8.decode(st.linkTarget)
-        } catch (err) {
-          throw new BadInputError(`${this.name}: cannot read symlink ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
-        }
-        return withXattrs({ ...base, type: 'symlink', linkname: target })
+    if (st.isDirectory()) return withXattrs({ ...base, type: 'dir' })
+    if (st.isFile()) return withXattrs({ ...base, type: 'file', size: Number(st.size) })
+    if (st.isSymbolicLink()) {
+      let target: string
+      try { target = UTF8.decode(readlinkSync(abs, { encoding: 'buffer' })) } catch (err) {
+        throw new BadInputError(`${this.name}: cannot read symlink ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
       }
-      case S_IFIFO: return withXattrs({ ...base, type: 'fifo' })
-      case S_IFCHR: case S_IFBLK:
-        return withXattrs({ ...base, type: type === S_IFCHR ? 'char' : 'block', devMajor: st.rdevMajor, devMinor: st.rdevMinor })
+      return withXattrs({ ...base, type: 'symlink', linkname: target })
+    }
+    if (st.isFIFO()) return withXattrs({ ...base, type: 'fifo' })
+    if (st.isCharacterDevice() || st.isBlockDevice()) {
+      const { major, minor } = splitDev(st.rdev)
+      return withXattrs({ ...base, type: st.isCharacterDevice() ? 'char' : 'block', devMajor: major, devMinor: minor })
     }
     throw new BadInputError(`${this.name}: ${JSON.stringify(rel)} has an unknown file type`)
   }
 
-  #xattrs (rel: string, st: ScannedEntry): Map<string, Uint8Array> | undefined {
-    if (st.xattrError !== undefined) {
-      const code = st.xattrError.code
+  #xattrs (abs: string, rel: string): Map<string, Uint8Array> | undefined {
+    let names: string[]
+    try { names = llistxattr(abs) } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
       if (code === 'ENOTSUP' || code === 'EOPNOTSUPP') return undefined
-      throw new BadInputError(`${this.name}: cannot list the xattrs of ${JSON.stringify(rel)}: ${st.xattrError.message}`, { cause: st.xattrError })
+      throw new BadInputError(`${this.name}: cannot list the xattrs of ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
     }
-    if (st.xattrs.length === 0) return undefined
+    if (names.length === 0) return undefined
     const out = new Map<string, Uint8Array>()
-    for (const { name, value, error } of st.xattrs) {
-      if (error === undefined) { out.set(name, value!); continue }
-      if (error.code === 'ENODATA') continue // removed between list and get
-      throw new BadInputError(`${this.name}: cannot read xattr ${name} of ${JSON.stringify(rel)}: ${error.message}`, { cause: error })
+    for (const name of names) {
+      try { out.set(name, lgetxattr(abs, name)) } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENODATA') continue
+        throw new BadInputError(`${this.name}: cannot read xattr ${name} of ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
+      }
     }
     return out.size > 0 ? out : undefined
   }
 
-  /** `st`, or BadInputError when its lstat failed. */
-  #stat (st: ScannedEntry, rel: string): ScannedEntry {
-    if (st.statError === undefined) return st
-    throw new BadInputError(`${this.name}: cannot stat ${JSON.stringify(rel === '' ? '.' : rel)}: ${st.statError.message}`, { cause: st.statError })
+  #lstat (abs: string, rel: string): BigIntStats {
+    try { return lstatSync(abs, { bigint: true }) } catch (err) {
+      throw new BadInputError(`${this.name}: cannot stat ${JSON.stringify(rel === '' ? '.' : rel)}: ${(err as Error).message}`, { cause: err })
+    }
   }
 }
 
@@ -186,4 +192,16 @@ async function * readFile (abs: string, size: number, label: string, buf: Buffer
   } finally {
     file.close()
   }
+}
+
+/** glibc's major/minor split of a dev_t. */
+function splitDev (rdev: bigint): { major: number, minor: number } {
+  const major = ((rdev >> 8n) & 0xfffn) | ((rdev >> 32n) & 0xfffff000n)
+  const minor = (rdev & 0xffn) | ((rdev >> 12n) & 0xffffff00n)
+  return { major: Number(major), minor: Number(minor) }
+}
+
+function floorDiv (a: bigint, b: bigint): bigint {
+  const q = a / b
+  return (a % b !== 0n && (a < 0n) !== (b < 0n)) ? q - 1n : q
 }
