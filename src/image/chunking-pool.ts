@@ -30,7 +30,7 @@ export const DEFAULT_CHUNKING: ChunkingParams = { level: 3, cdc: DEFAULT_FASTCDC
 const BATCH_BYTES = 1024 * 1024
 /** A batch of many tiny files is sent before its weight says so, to keep both workers fed. */
 const MAX_BATCH_ITEMS = 256
-/** The empty piece that ends a file whose last bytes were already pushed. */
+/** An empty piece: ends a file whose last bytes were already pushed, or stands for a file a worker reads by path. */
 export const NO_BYTES = new Uint8Array(0)
 
 /** Items of one batch, per item: file id, end in `buf`, last flag, path (a file read by the worker), and its promise. `weight` counts files read by path at their size. */

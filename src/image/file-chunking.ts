@@ -72,7 +72,7 @@ export class FileChunker {
   readonly #whole: FastCdcChunker
   readonly #cctx = new zstd.CCtx()
   readonly #isStored: ((digest: string) => boolean) | undefined
-  /** Files read from disk land here; frames are compressed into `#out`, then copied out exactly. */
+  /** Files read from disk land here (+ 1: readExactFile finds a grown file in the same read); frames are compressed into `#out`, then copied out exactly. */
   #readBuf: Buffer | undefined
   #out = Buffer.allocUnsafeSlow(2 * 1024 * 1024)
 
@@ -101,7 +101,7 @@ export class FileChunker {
       let done: Uint8Array[]
       if (byPath != null) {
         try {
-          done = chunkBuffer(this.#whole, readExactFile(byPath.path, byPath.size, byPath.label, this.#readBuffer(byPath.size)))
+          done = chunkBuffer(this.#whole, readExactFile(byPath.path, byPath.size, byPath.label, this.#readBuf ??= Buffer.allocUnsafeSlow(MAX_FILE_BY_PATH_BYTES + 1)))
         } catch (err) {
           if (!(err instanceof BadInputError)) throw err
           out.failures.push([i, err.message])
@@ -142,10 +142,5 @@ export class FileChunker {
       out.bytes += this.#cctx.compress(this.#out.subarray(out.bytes), chunk, this.#params.level)
     }
     out.frameEnds.push(out.bytes)
-  }
-
-  #readBuffer (size: number): Buffer {
-    if (size > MAX_FILE_BY_PATH_BYTES) throw new Error(`internal: a file of ${size} bytes was sent to be read whole`)
-    return (this.#readBuf ??= Buffer.allocUnsafeSlow(MAX_FILE_BY_PATH_BYTES + 1)) // + 1: readExactFile finds a grown file in the same read
   }
 }

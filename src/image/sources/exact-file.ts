@@ -29,11 +29,6 @@ export class ExactFile {
     this.#label = label
   }
 
-  /** Bytes not read yet. */
-  get remaining (): number {
-    return this.#size - this.#done
-  }
-
   /**
    * Read the next min(remaining, buf.length) bytes into the start of `buf`
    * (fewer only at the end) and return them as a view; an empty view once
@@ -42,14 +37,14 @@ export class ExactFile {
    */
   read (buf: Uint8Array): Uint8Array {
     if (this.#done === this.#size) {
-      if (readSync(this.#fd, ONE_BYTE, 0, 1, this.#size) !== 0) throw new BadInputError(`${this.#label}: grew beyond ${this.#size} bytes while being read`)
+      if (readSync(this.#fd, ONE_BYTE, 0, 1, this.#size) !== 0) throw grew(this.#label, this.#size)
       return buf.subarray(0, 0)
     }
     let got = 0
     const want = Math.min(buf.length, this.#size - this.#done)
     while (got < want) {
       const n = readSync(this.#fd, buf, got, want - got, this.#done + got)
-      if (n === 0) throw new BadInputError(`${this.#label}: shrank from ${this.#size} to ${this.#done + got} bytes while being read`)
+      if (n === 0) throw shrank(this.#label, this.#size, this.#done + got)
       got += n
     }
     this.#done += got
@@ -76,9 +71,9 @@ export function readExactFile (path: string, size: number, label: string, buf: U
       const n = readSync(fd, buf, got, size + 1 - got, got)
       if (n === 0) break
       got += n
-      if (got > size) throw new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
+      if (got > size) throw grew(label, size)
     }
-    if (got < size) throw new BadInputError(`${label}: shrank from ${size} to ${got} bytes while being read`)
+    if (got < size) throw shrank(label, size, got)
     return buf.subarray(0, size)
   } finally {
     closeSync(fd)
@@ -90,4 +85,12 @@ function openExact (path: string, label: string): number {
   try { return openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW) } catch (err) {
     throw new BadInputError(`${label}: cannot open: ${(err as Error).message}`, { cause: err })
   }
+}
+
+function grew (label: string, size: number): BadInputError {
+  return new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
+}
+
+function shrank (label: string, size: number, got: number): BadInputError {
+  return new BadInputError(`${label}: shrank from ${size} to ${got} bytes while being read`)
 }
