@@ -72,3 +72,13 @@ export function describeError (err: unknown): string {
   if (err instanceof Error) return err.message.split('\n')[0] ?? String(err)
   return String(err)
 }
+
+/**
+ * A store write lost a race it cannot win safely: its gc lease expired before
+ * it could commit, or it needs an object a running gc is deleting. Nothing
+ * was committed; rerunning the command is safe.
+ */
+export class ConflictError extends LayerdError {
+  static readonly code = 'ERR_CONFLICT'
+  constructor (message: string, options?: { cause?: unknown }) { super(ConflictError.code, message, options) }
+}

@@ -11,7 +11,8 @@
 import { digestHex, type Digest } from '../format/digest.js'
 import { manifestKey } from '../format/keys.js'
 import { MANIFEST_MEDIA_TYPE, type ImageManifest, type OciImageConfig } from '../format/manifest.js'
-import type { ImageRef } from '../format/ref.js'
+import { formatRef, type ImageRef } from '../format/ref.js'
+import { withStoreLease } from '../store/store-leases.js'
 import { encodeManifestObject } from '../image/metadata-objects.js'
 import { updateRef } from '../image/refs.js'
 import { pushBlockView, type PushBlockViewOptions, type PushedBlockView } from './push-block-view.js'
@@ -26,7 +27,11 @@ export interface PushedBlockViewImage extends PushedBlockView {
  * (the original image's config, so env and cmd travel along). Async. The
  * ref changes last. Throws what pushBlockView and the store throw.
  */
-export async function pushBlockViewImage (rawPath: string, ref: ImageRef, config: OciImageConfig, opts: PushBlockViewOptions): Promise<PushedBlockViewImage> {
+export async function pushBlockViewImage (rawPath: string, ref: ImageRef, config: OciImageConfig, opts: Omit<PushBlockViewOptions, 'lease'>): Promise<PushedBlockViewImage> {
+  return await withStoreLease(opts.store, `block view push of ${formatRef(ref)}`, async lease => await pushLeased(rawPath, ref, config, { ...opts, lease }))
+}
+
+async function pushLeased (rawPath: string, ref: ImageRef, config: OciImageConfig, opts: PushBlockViewOptions): Promise<PushedBlockViewImage> {
   const pushed = await pushBlockView(rawPath, opts)
   const manifest: ImageManifest = {
     mediaType: MANIFEST_MEDIA_TYPE,
@@ -36,6 +41,7 @@ export async function pushBlockViewImage (rawPath: string, ref: ImageRef, config
   }
   const object = encodeManifestObject(manifest)
   await opts.store.put(manifestKey(digestHex(object.digest)), object.bytes)
+  opts.lease.assertValid()
   await updateRef(opts.store, ref, object.digest)
   return { ...pushed, manifest: object.digest }
 }

@@ -5,6 +5,7 @@
  * only what is new.
  */
 import t from 'tap'
+import { withStoreLease } from '../store/store-leases.js'
 import { createHash } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -28,7 +29,7 @@ t.test('pushBlockView() stores a one-file layer that reads back as the raw file;
   const raw = await buildBlockView(images.images['python-v1'].rootfs, { uuidSeed: 'python-v1', out: join(dir, 'v1.raw'), headroomBytes: 128 * 1024 * 1024 })
   const store = new FsObjectStore(join(dir, 'store'), { fsync: false })
   const db = openMemoryNodeDb()
-  const first = await pushBlockView(raw.path, { store, db, workers: 1 })
+  const first = await withStoreLease(store, 'test push', async lease => await pushBlockView(raw.path, { store, db, workers: 1, lease }))
   const plain = await readFile(raw.path)
   t.equal(first.rawDigest, `sha256:${createHash('sha256').update(plain).digest('hex')}`, 'rawDigest is the file\'s sha256')
   t.equal(first.existed, false)
@@ -47,7 +48,7 @@ t.test('pushBlockView() stores a one-file layer that reads back as the raw file;
   t.ok(first.stats.storedBytes < raw.tree.fileBytes * 0.6, `stored ${(first.stats.storedBytes / 1e6).toFixed(1)} MB for a ${(raw.sizeBytes / 1e6).toFixed(0)} MB block view`)
   t.ok(toc.chunks.length < (file.spans ?? []).length - 900, `128 MiB of free space is one repeated zero chunk (${toc.chunks.length} distinct chunks for ${(file.spans ?? []).length} spans)`)
 
-  const again = await pushBlockView(raw.path, { store, db, workers: 1 })
+  const again = await withStoreLease(store, 'test push', async lease => await pushBlockView(raw.path, { store, db, workers: 1, lease }))
   t.equal(again.digest, first.digest, 'same TOC digest')
   t.equal(again.existed, true)
   t.equal(again.stats.newStoredBytes, 0, 'nothing new uploaded')

@@ -17,6 +17,7 @@ import { BadInputError } from '../errors.js'
 import { digestHex, type Digest } from '../format/digest.js'
 import { layerKey } from '../format/keys.js'
 import type { ObjectStore } from '../store/object-store.js'
+import type { StoreLease } from '../store/store-leases.js'
 import type { NodeDb } from '../state/node-db.js'
 import { BlobPacker } from '../image/blob-packer.js'
 import { ChunkingPool, DEFAULT_CHUNKING } from '../image/chunking-pool.js'
@@ -39,6 +40,8 @@ export interface PushBlockViewOptions {
   chunking?: ChunkingParams
   /** Encoder worker threads; 0 encodes inline. */
   workers?: number
+  /** The caller's store lease: no dedup against blobs a running gc condemned (src/store/store-leases.ts). */
+  lease: StoreLease
 }
 
 export interface PushedBlockView {
@@ -99,7 +102,7 @@ export async function pushBlockView (rawPath: string, opts: PushBlockViewOptions
   const size = (await stat(rawPath)).size
   const source = new BlockViewSource(rawPath, size)
   const index = new ChunkIndex(opts.db, store.url)
-  await index.sync(store)
+  await index.sync(store, { excludeBlobs: opts.lease.condemnedBlobs() })
   const chunking = new ChunkingPool({ params: opts.chunking ?? DEFAULT_CHUNKING, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
   const packer = new BlobPacker(store, index)
   try {
@@ -107,7 +110,7 @@ export async function pushBlockView (rawPath: string, opts: PushBlockViewOptions
     const object = encodeTocObject(toc)
     const key = layerKey(digestHex(object.digest))
     const existed = (await store.stat(key)) !== undefined
-    if (!existed) await store.put(key, object.bytes)
+    if (!existed || opts.lease.isCondemned(key)) await store.put(key, object.bytes)
     return { digest: object.digest, rawDigest: source.diffId(), sizeBytes: size, existed, stats }
   } finally {
     await chunking.close()

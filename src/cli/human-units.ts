@@ -23,3 +23,13 @@ export function parseSize (s: string): number | undefined {
 export function formatSeconds (ms: number): string {
   return ms < 1000 ? `${ms.toFixed(0)} ms` : `${(ms / 1000).toFixed(2)} s`
 }
+
+const DURATION_RE = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/i
+const DURATION_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+
+/** Parse `0`, `90s`, `15m`, `1h`, `2d` (a bare number is seconds) into milliseconds; undefined when malformed. */
+export function parseDuration (s: string): number | undefined {
+  const m = DURATION_RE.exec(s.trim())
+  if (m === null) return undefined
+  return Math.round(Number(m[1]) * DURATION_MS[(m[2] ?? 's').toLowerCase()]!)
+}

@@ -19,17 +19,20 @@ import { NotFoundError } from '../errors.js'
 import { buildBlockView } from '../blockview/block-view-builder.js'
 import { BLOCK_VIEW_FILE, pushBlockView } from '../blockview/push-block-view.js'
 import { digestHex, isDigest, type Digest } from '../format/digest.js'
-import { manifestKey } from '../format/keys.js'
+import { BLOCK_VIEWS_PREFIX, manifestKey } from '../format/keys.js'
 import { MANIFEST_MEDIA_TYPE, type ImageManifest, type OciImageConfig } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { encodeManifestObject, getManifest } from '../image/metadata-objects.js'
 import { exportImage } from '../materialize/export-image.js'
 import type { NodeDb } from '../state/node-db.js'
+import type { ObjectStore } from '../store/object-store.js'
+import { withStoreLease, type StoreLease } from '../store/store-leases.js'
+import { guardReusedImage } from '../image/reuse-guard.js'
 import type { MountManager } from './mount-manager.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 
-export const BLOCK_VIEWS_PREFIX = 'block-views/'
+export { BLOCK_VIEWS_PREFIX }
 
 export interface BlockViewInfo {
   /** The raw ext4 file, on a layerd mount. */
@@ -93,6 +96,11 @@ export class BlockViews {
 
   async #build (req: StoreLocation, manifest: Digest, fetcher: Parameters<typeof exportImage>[1]): Promise<Digest> {
     const { store } = this.stores.get(req)
+    // The lease covers the build up to its commit point, the block-views/ pointer (src/gc/README.md).
+    return await withStoreLease(store, `block view of ${manifest}`, async lease => await this.#buildLeased(store, lease, manifest, fetcher))
+  }
+
+  async #buildLeased (store: ObjectStore, lease: StoreLease, manifest: Digest, fetcher: Parameters<typeof exportImage>[1]): Promise<Digest> {
     const image = await loadImage(store, manifest, { cache: this.cache })
     const work = join(this.workDir, `block-view-${digestHex(manifest).slice(0, 16)}-${process.pid}-${Date.now()}`)
     await mkdir(work, { recursive: true, mode: 0o700 })
@@ -100,7 +108,8 @@ export class BlockViews {
       this.log(`building the block view of ${manifest}`)
       await exportImage(image, fetcher, { directory: join(work, 'tree') })
       const raw = await buildBlockView(join(work, 'tree'), { uuidSeed: manifest, out: join(work, BLOCK_VIEW_FILE) })
-      const pushed = await pushBlockView(raw.path, { store, db: this.db })
+      await guardReusedImage(store, lease, image, `block view of ${manifest}`)
+      const pushed = await pushBlockView(raw.path, { store, db: this.db, lease })
       const view: ImageManifest = {
         mediaType: MANIFEST_MEDIA_TYPE,
         layers: [{ digest: pushed.digest, diffId: pushed.rawDigest, size: pushed.stats.plainBytes, storedBytes: pushed.stats.storedBytes, entries: pushed.stats.entries }],
@@ -109,6 +118,7 @@ export class BlockViews {
       }
       const object = encodeManifestObject(view)
       await store.put(manifestKey(digestHex(object.digest)), object.bytes)
+      lease.assertValid()
       await store.put(BLOCK_VIEWS_PREFIX + digestHex(manifest), Buffer.from(object.digest))
       this.log(`block view of ${manifest}: ${raw.sizeBytes} bytes, ${pushed.stats.newStoredBytes} new bytes stored, as ${object.digest}`)
       return object.digest

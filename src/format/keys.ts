@@ -9,6 +9,10 @@
  * | manifests/<hex>              | zstd(image manifest), addressed by sha256   |
  * | refs/<urlencoded name>/<tag> | ref record (JSON): current + history        |
  * | layer-by-diff/<diff_id hex>  | the TOC digest of a layer pushed from a tar with that diff_id (a hint: verified on use) |
+ * | block-views/<manifest hex>   | the digest of that image's block-view manifest (src/daemon/block-views.ts) |
+ * | gc/leases/<id>               | a writer's lease: gc waits for it (src/store/store-leases.ts) |
+ * | gc/condemned/<gc id>         | the objects a running gc is about to delete |
+ * | gc/clock/<id>                | written to read the store's clock |
  *
  * Every content-addressed object is verified against its key on read.
  */
@@ -20,6 +24,14 @@ export const LAYERS_PREFIX = 'layers/'
 export const MANIFESTS_PREFIX = 'manifests/'
 export const REFS_PREFIX = 'refs/'
 export const LAYER_BY_DIFF_PREFIX = 'layer-by-diff/'
+export const BLOCK_VIEWS_PREFIX = 'block-views/'
+/** Hints (`layer-by-diff/`, `layer-by-blob/`, …): every key under a prefix starting with this names a TOC digest. */
+export const LAYER_HINT_PREFIX = 'layer-by-'
+/** Garbage collection's coordination objects; never content, never collected as garbage. */
+export const GC_PREFIX = 'gc/'
+export const GC_LEASES_PREFIX = 'gc/leases/'
+export const GC_CONDEMNED_PREFIX = 'gc/condemned/'
+export const GC_CLOCK_PREFIX = 'gc/clock/'
 
 export const blobKey = (hex: string): string => BLOBS_PREFIX + hex
 export const blobIndexKey = (hex: string): string => BLOB_INDEX_PREFIX + hex

@@ -3,7 +3,10 @@
  * (sqlite) and rebuildable: `sync()` reads the store's blob indexes that this
  * node has not seen yet, so pushes from any node dedup against each other.
  *
- * Blobs are never deleted by layerd today, so an indexed chunk stays valid.
+ * `layerctl gc store` deletes blobs: sync() drops the chunks of every blob
+ * whose blob index is gone, and a push passes the blobs a running gc has
+ * condemned (its StoreLease) as `excludeBlobs`, which lookup() then never
+ * answers with (src/gc/README.md).
  *
  * May import: src/errors.ts, src/format/, src/store/, src/state/.
  */
@@ -24,6 +27,8 @@ export class ChunkIndex {
   readonly #markSynced
   readonly #isSynced
   readonly #any
+  readonly #syncedBlobs
+  #excluded: ReadonlySet<string> = new Set()
 
   /** `storeUrl` scopes the index: one node may push to several stores. Sync. */
   constructor (db: NodeDb, storeUrl: string) {
@@ -41,12 +46,13 @@ export class ChunkIndex {
     this.#markSynced = db.prepare('INSERT OR IGNORE INTO synced_blob_index VALUES (?, ?)')
     this.#isSynced = db.prepare('SELECT 1 FROM synced_blob_index WHERE store = ? AND blob = ?').pluck()
     this.#any = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? LIMIT 1').pluck()
+    this.#syncedBlobs = db.prepare('SELECT blob FROM synced_blob_index WHERE store = ?').pluck()
   }
 
   /** Where the store holds `digest`, or undefined. Sync. */
   lookup (digest: string): IndexedChunk | undefined {
     const row = this.#lookup.get(this.#store, digest) as { blob: string, offset: number, clen: number, len: number } | undefined
-    return row === undefined ? undefined : { blob: row.blob, offset: row.offset, compressedLength: row.clen, length: row.len }
+    return row === undefined || this.#excluded.has(row.blob) ? undefined : { blob: row.blob, offset: row.offset, compressedLength: row.clen, length: row.len }
   }
 
   /** True when no chunk of the store is indexed (after sync(): the store holds none). Sync. */
@@ -62,13 +68,26 @@ export class ChunkIndex {
     })()
   }
 
-  /** Read every blob index in the store that this node has not seen. Async; returns how many were read. */
-  async sync (store: Pick<ObjectStore, 'list' | 'get'>): Promise<number> {
+  /** The blobs lookup() ignores (set by sync()). Sync. */
+  excludedBlobs (): string[] {
+    return [...this.#excluded]
+  }
+
+  /**
+   * Read every blob index in the store that this node has not seen, and
+   * forget the blobs whose index is gone (collected). From now on lookup()
+   * ignores `excludeBlobs` (hex digests). Async; returns how many were read.
+   */
+  async sync (store: Pick<ObjectStore, 'list' | 'get'>, opts: { excludeBlobs?: Iterable<string> } = {}): Promise<number> {
+    this.#excluded = new Set(opts.excludeBlobs ?? [])
     const unseen: string[] = []
+    const listed = new Set<string>()
     for await (const key of store.list(BLOB_INDEX_PREFIX)) {
       const blob = key.slice(BLOB_INDEX_PREFIX.length)
-      if (this.#isSynced.get(this.#store, blob) === undefined) unseen.push(blob)
+      listed.add(blob)
+      if (!this.#excluded.has(blob) && this.#isSynced.get(this.#store, blob) === undefined) unseen.push(blob)
     }
+    this.#forget((this.#syncedBlobs.all(this.#store) as string[]).filter(blob => !listed.has(blob)))
     let next = 0
     const worker = async (): Promise<void> => {
       while (next < unseen.length) {
@@ -78,5 +97,15 @@ export class ChunkIndex {
     }
     await Promise.all(Array.from({ length: Math.min(SYNC_CONCURRENCY, unseen.length) }, worker))
     return unseen.length
+  }
+
+  /** Drop every chunk of `blobs` (collected from the store). One scan of this store's rows; sync. */
+  #forget (blobs: string[]): void {
+    if (blobs.length === 0) return
+    const list = JSON.stringify(blobs)
+    this.#db.transaction(() => {
+      this.#db.prepare('DELETE FROM chunk_index WHERE store = ? AND blob IN (SELECT value FROM json_each(?))').run(this.#store, list)
+      this.#db.prepare('DELETE FROM synced_blob_index WHERE store = ? AND blob IN (SELECT value FROM json_each(?))').run(this.#store, list)
+    })()
   }
 }

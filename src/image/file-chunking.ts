@@ -30,7 +30,7 @@ export interface ChunkingParams {
    * already holds is hashed but not compressed (most of a new version's
    * chunks). Absent: every chunk is compressed.
    */
-  dedup?: { dbPath: string, storeUrl: string }
+  dedup?: { dbPath: string, storeUrl: string, excludeBlobs?: string[] }
 }
 
 /** A whole file that a worker reads from disk itself: exactly `size` bytes (ExactFile), `label` for errors. */
@@ -81,9 +81,14 @@ export class FileChunker {
     this.#whole = new FastCdcChunker(params.cdc, this.#scanner)
     if (params.dedup !== undefined) {
       const db = openSqlite(params.dedup.dbPath, { readonly: true, fileMustExist: true })
-      const lookup = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? AND digest = ?').pluck()
+      const lookup = db.prepare('SELECT blob FROM chunk_index WHERE store = ? AND digest = ?').pluck()
       const store = params.dedup.storeUrl
-      this.#isStored = digest => lookup.get(store, digest) !== undefined
+      // The same answer as ChunkIndex.lookup(): blobs a running gc condemned do not count.
+      const excluded = new Set(params.dedup.excludeBlobs ?? [])
+      this.#isStored = digest => {
+        const blob = lookup.get(store, digest) as string | undefined
+        return blob !== undefined && !excluded.has(blob)
+      }
     }
   }
 

@@ -12,15 +12,20 @@
  */
 import { NotFoundError } from '../errors.js'
 import { digestHex, isDigest, type Digest } from '../format/digest.js'
-import { layerByDiffKey } from '../format/keys.js'
+import { blobKey, layerByDiffKey, layerKey } from '../format/keys.js'
+import type { StoreLease } from '../store/store-leases.js'
 import type { LayerToc } from '../format/toc.js'
 import type { ObjectStore } from '../store/object-store.js'
 import type { LayerWriteStats } from './layer-writer.js'
 import { getToc } from './metadata-objects.js'
 import { ZERO_DIFF_ID } from './sources/image-source.js'
 
-/** The stored TOC of the layer with `diffId`, or undefined. Async; a stale or lying hint reads as undefined. */
-export async function findLayerByDiffId (store: Pick<ObjectStore, 'get' | 'url'>, diffId: Digest): Promise<{ digest: Digest, toc: LayerToc } | undefined> {
+/**
+ * The stored TOC of the layer with `diffId`, or undefined. Async; a stale or
+ * lying hint reads as undefined, and so does a layer whose TOC or blobs a
+ * running gc has condemned (`lease`: the layer is then read again).
+ */
+export async function findLayerByDiffId (store: Pick<ObjectStore, 'get' | 'url'>, diffId: Digest, lease?: Pick<StoreLease, 'isCondemned'>): Promise<{ digest: Digest, toc: LayerToc } | undefined> {
   if (diffId === ZERO_DIFF_ID) return undefined
   let digest: string
   try { digest = (await store.get(layerByDiffKey(digestHex(diffId)))).toString('utf8').trim() } catch (err) {
@@ -28,8 +33,10 @@ export async function findLayerByDiffId (store: Pick<ObjectStore, 'get' | 'url'>
     throw err
   }
   if (!isDigest(digest)) return undefined
+  if (lease?.isCondemned(layerKey(digestHex(digest))) === true) return undefined
   try {
     const toc = await getToc(store, digest)
+    if (lease !== undefined && toc.blobs.some(b => lease.isCondemned(blobKey(b)))) return undefined
     return toc.diffId === diffId ? { digest, toc } : undefined
   } catch (err) {
     if (err instanceof NotFoundError) return undefined

@@ -25,6 +25,8 @@ import { ChunkIndex } from './chunk-index.js'
 import { writeLayer, type LayerWriteStats, type PushSession } from './layer-writer.js'
 import { encodeManifestObject, encodeTocObject } from './metadata-objects.js'
 import { updateRef } from './refs.js'
+import { guardReusedImage } from './reuse-guard.js'
+import { withStoreLease, type StoreLease } from '../store/store-leases.js'
 import { findLayerByDiffId, recordLayerByDiffId, storedLayerStats } from './known-layers.js'
 import type { LoadedImage } from './load-image.js'
 import { openImageSource } from './sources/open-image-source.js'
@@ -50,6 +52,11 @@ export interface PushOptions extends OpenImageSourceOptions {
    * config are kept, a history entry is added, and `base` records it.
    */
   onto?: { image: LoadedImage, name: string, createdBy: string }
+  /**
+   * The caller's store lease (src/store/store-leases.ts); without one, the
+   * push takes its own for its whole length.
+   */
+  lease?: StoreLease
 }
 
 export interface PushedLayer extends LayerWriteStats {
@@ -79,17 +86,26 @@ export async function pushImage (path: string, ref: ImageRef, opts: PushOptions)
   }
 }
 
-/** Push an already opened source. Async. */
+/**
+ * Push an already opened source. Async. Holds a store lease (its own unless
+ * `opts.lease`): it dedups against no blob a running gc condemned, and
+ * throws ConflictError instead of writing the ref once the lease is stale.
+ */
 export async function pushSource (source: ImageSource, ref: ImageRef, opts: PushOptions): Promise<PushResult> {
+  if (opts.lease !== undefined) return await pushLeased(source, ref, opts, opts.lease)
+  return await withStoreLease(opts.store, `push of ${formatRef(ref)}`, async lease => await pushLeased(source, ref, opts, lease))
+}
+
+async function pushLeased (source: ImageSource, ref: ImageRef, opts: PushOptions, lease: StoreLease): Promise<PushResult> {
   const { store } = opts
   const index = new ChunkIndex(opts.db, store.url)
-  await index.sync(store)
+  await index.sync(store, { excludeBlobs: lease.condemnedBlobs() })
   const params = opts.chunking ?? DEFAULT_CHUNKING
   // Into an empty store (a first push) the index has nothing to find: skip its per-chunk lookups,
   // in the workers (which skip compressing stored chunks) and on the main thread, together ~5% of a
   // push's CPU samples, on its busiest thread too. Dedup within this push is the session's, unaffected.
   const storeWasEmpty = index.isEmpty()
-  const dedup = opts.db.memory || storeWasEmpty ? undefined : { dbPath: opts.db.name, storeUrl: store.url }
+  const dedup = opts.db.memory || storeWasEmpty ? undefined : { dbPath: opts.db.name, storeUrl: store.url, excludeBlobs: index.excludedBlobs() }
   const stored: Pick<ChunkIndex, 'lookup'> = storeWasEmpty ? { lookup: () => undefined } : index
   const chunking = new ChunkingPool({ params: { ...params, ...(dedup === undefined ? {} : { dedup }) }, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
   const packer = new BlobPacker(store, index, { targetBytes: opts.packBytes })
@@ -101,7 +117,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
     const count = source.layers.length
     for (const [i, layer] of source.layers.entries()) {
       opts.progress?.layerStart?.(i, count, layer.name, layer.inputBytes)
-      const known = layer.declaredDiffId === undefined ? undefined : await findLayerByDiffId(store, layer.declaredDiffId)
+      const known = layer.declaredDiffId === undefined ? undefined : await findLayerByDiffId(store, layer.declaredDiffId, lease)
       if (known !== undefined) {
         tocs.push(known.toc)
         const pushed: PushedLayer = { ...storedLayerStats(known.toc), digest: known.digest, diffId: known.toc.diffId as Digest, existed: true, skipped: true }
@@ -116,7 +132,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
       const object = encodeTocObject(toc)
       const key = layerKey(digestHex(object.digest))
       const existed = (await store.stat(key)) !== undefined
-      if (!existed) {
+      if (!existed || lease.isCondemned(key)) {
         await store.put(key, object.bytes)
         metadataBytes += object.bytes.length
       }
@@ -130,6 +146,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
     await chunking.close()
   }
   const base = opts.onto?.image
+  if (base !== undefined) await guardReusedImage(store, lease, base, `push of ${formatRef(ref)} onto ${opts.onto!.name}`)
   const conflicts = mergeLayers([...(base?.tocs ?? []), ...tocs]).conflicts
   if (conflicts.length > 0) {
     const c = conflicts[0]!
@@ -152,6 +169,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
   const object = encodeManifestObject(manifest)
   await store.put(manifestKey(digestHex(object.digest)), object.bytes)
   metadataBytes += object.bytes.length
+  lease.assertValid()
   await updateRef(store, ref, object.digest)
   return { ref, manifest: object.digest, layers, uploadedBytes: packer.stats.uploadedBytes + metadataBytes }
 }

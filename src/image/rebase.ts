@@ -19,6 +19,8 @@ import type { ObjectStore } from '../store/object-store.js'
 import { loadImage } from './load-image.js'
 import { encodeManifestObject, getManifest, getToc } from './metadata-objects.js'
 import { readRef, updateRef } from './refs.js'
+import { guardReusedLayers } from './reuse-guard.js'
+import { withStoreLease, type StoreLease } from '../store/store-leases.js'
 
 export interface RebaseResult {
   manifest: Digest
@@ -30,9 +32,14 @@ export interface RebaseResult {
   changed: boolean
 }
 
-type Store = Pick<ObjectStore, 'get' | 'put' | 'url'>
+type Store = Pick<ObjectStore, 'get' | 'put' | 'url' | 'list' | 'delete'>
 
+/** Rebase under a store lease: the layers it reuses are guarded and the ref is written only while the lease is fresh (src/store/store-leases.ts). */
 export async function rebaseImage (store: Store, ref: ImageRef, onto: ImageRef): Promise<RebaseResult> {
+  return await withStoreLease(store, `rebase of ${formatRef(ref)} onto ${formatRef(onto)}`, async lease => await rebaseLeased(store, lease, ref, onto))
+}
+
+async function rebaseLeased (store: Store, lease: StoreLease, ref: ImageRef, onto: ImageRef): Promise<RebaseResult> {
   const image = await loadImage(store, ref)
   const record = await readRef(store, onto)
   if (record === undefined) throw new NotFoundError(`cannot rebase ${formatRef(ref)}: base image ${formatRef(onto)} not found in store ${store.url}`)
@@ -71,8 +78,10 @@ export async function rebaseImage (store: Store, ref: ImageRef, onto: ImageRef):
     },
     base: { ref: formatRef(onto), manifest: newBaseDigest, layers: newBase.layers.length }
   }
+  await guardReusedLayers(store, lease, allLayers.map((l, i) => ({ digest: l.digest, toc: tocs[i]! })), `rebase of ${formatRef(ref)}`)
   const object = encodeManifestObject(manifest)
   await store.put(manifestKey(digestHex(object.digest)), object.bytes)
+  lease.assertValid()
   await updateRef(store, ref, object.digest)
   return { manifest: object.digest, ...result, changed: true }
 }

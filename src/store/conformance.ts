@@ -12,7 +12,7 @@ import type { Test } from 'tap'
 import {
   BadInputError, CorruptObjectError, NotFoundError, UsageError
 } from '../errors.js'
-import type { ObjectStore } from './object-store.js'
+import type { ListedObject, ObjectStore } from './object-store.js'
 
 export interface StoreUnderTest {
   store: ObjectStore
@@ -55,6 +55,12 @@ async function collect (iterable: AsyncIterable<string>): Promise<string[]> {
   const keys: string[] = []
   for await (const key of iterable) keys.push(key)
   return keys.sort()
+}
+
+async function collectObjects (iterable: AsyncIterable<ListedObject>): Promise<ListedObject[]> {
+  const objects: ListedObject[] = []
+  for await (const o of iterable) objects.push(o)
+  return objects
 }
 
 /** Runs `fn` over `items`, at most `width` at a time. */
@@ -156,8 +162,11 @@ export function runObjectStoreConformance (t: Test, makeStore: () => Promise<Sto
     await store.put('s/one', Buffer.from('12345'))
     await store.put('s/empty', Buffer.alloc(0))
     await store.put('s/dir/child', Buffer.from('x'))
-    t.same(await store.stat('s/one'), { size: 5 })
-    t.same(await store.stat('s/empty'), { size: 0 })
+    const before = Date.now()
+    t.match(await store.stat('s/one'), { size: 5, modified: Date })
+    t.equal((await store.stat('s/empty'))?.size, 0)
+    const modified = (await store.stat('s/one'))!.modified.getTime()
+    t.ok(Math.abs(modified - before) < 60_000, 'modified is the store\'s time of the write (within a minute of this clock)')
     t.equal(await store.stat('s/missing'), undefined)
     t.equal(await store.stat('s/dir'), undefined, 'a key prefix is not an object')
   })
@@ -177,6 +186,22 @@ export function runObjectStoreConformance (t: Test, makeStore: () => Promise<Sto
     await expectError(t, collect(store.list('../')), BadInputError)
   })
 
+  withStore('ObjectStore.listObjects() lists keys with their size and modification time; a rewrite moves it', async (t, store) => {
+    await store.put('lo/a', Buffer.from('123'))
+    await store.put('lo/b/c', Buffer.alloc(0))
+    await store.put('lox', Buffer.from('x'))
+    const listed = (await collectObjects(store.listObjects('lo/'))).sort((x, y) => x.key < y.key ? -1 : 1)
+    t.same(listed.map(o => [o.key, o.size]), [['lo/a', 3], ['lo/b/c', 0]])
+    t.ok(listed.every(o => o.modified instanceof Date && o.modified.getTime() > 0))
+    const first = listed[0]!.modified.getTime()
+    await new Promise(resolve => setTimeout(resolve, 1100)) // S3 LastModified has one-second resolution
+    await store.put('lo/a', Buffer.from('4567'))
+    const again = (await collectObjects(store.listObjects('lo/a')))[0]!
+    t.equal(again.size, 4)
+    t.ok(again.modified.getTime() > first, 'rewriting an object moves its modification time')
+    t.equal(again.modified.getTime(), (await store.stat('lo/a'))!.modified.getTime(), 'stat and listObjects agree')
+  })
+
   withStore(`ObjectStore.list() returns all of ${MANY_KEYS} keys (more than one S3 page)`, async (t, store) => {
     const keys = Array.from({ length: MANY_KEYS }, (_, i) => `many/k${String(i).padStart(5, '0')}`)
     await inBatches(keys, 32, async key => { await store.put(key, Buffer.from(key)) })
@@ -184,6 +209,8 @@ export function runObjectStoreConformance (t: Test, makeStore: () => Promise<Sto
     const listed = await collect(store.list('many/'))
     t.equal(listed.length, MANY_KEYS)
     t.same(listed, keys)
+    const detailed = await collectObjects(store.listObjects('many/'))
+    t.same(detailed.map(o => o.key).sort(), keys, 'listObjects() pages too')
   })
 
   withStore('ObjectStore.delete() removes an object, and a missing key is not an error', async (t, store) => {

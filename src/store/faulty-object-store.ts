@@ -19,7 +19,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { StoreUnavailableError } from '../errors.js'
-import type { ObjectStat, ObjectStore } from './object-store.js'
+import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export type StoreOp = 'get' | 'getRange' | 'put' | 'stat' | 'list' | 'delete'
 
@@ -135,6 +135,13 @@ export class FaultyObjectStore implements ObjectStore {
   async * list (prefix: string): AsyncIterable<string> {
     const rules = await this.#enter('list', prefix)
     yield * this.inner.list(prefix)
+    this.counters.lists++
+    this.#afterSuccess('list', prefix, rules)
+  }
+
+  async * listObjects (prefix: string): AsyncIterable<ListedObject> {
+    const rules = await this.#enter('list', prefix)
+    yield * this.inner.listObjects(prefix)
     this.counters.lists++
     this.#afterSuccess('list', prefix, rules)
   }

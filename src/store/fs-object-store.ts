@@ -15,7 +15,7 @@
  * ./file-handle-cache.ts.
  */
 import { randomBytes } from 'node:crypto'
-import { mkdir, open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises'
+import { lstat, mkdir, open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import {
@@ -26,7 +26,7 @@ import { FileHandleCache } from './file-handle-cache.js'
 import {
   TEMP_NAME_PREFIX, assertValidKey, assertValidPrefix, assertValidRange, notFoundMessage, shortObjectMessage
 } from './object-key.js'
-import type { ObjectStat, ObjectStore } from './object-store.js'
+import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export type FsStoreOp = 'get' | 'getRange' | 'put' | 'stat' | 'list' | 'delete'
 
@@ -159,7 +159,7 @@ export class FsObjectStore implements ObjectStore {
     const path = this.#pathOf('stat', key)
     try {
       const st = await stat(path)
-      return st.isFile() ? { size: st.size } : undefined
+      return st.isFile() ? { size: st.size, modified: st.mtime } : undefined
     } catch (err) {
       const classified = classifyFsError(err, 'stat', key, this.url)
       if (classified instanceof NotFoundError) return undefined
@@ -173,6 +173,18 @@ export class FsObjectStore implements ObjectStore {
     const slash = prefix.lastIndexOf('/')
     const dirKey = prefix.slice(0, slash + 1)
     yield * this.#walk(dirKey, prefix.slice(slash + 1), prefix)
+  }
+
+  async * listObjects (prefix: string): AsyncIterable<ListedObject> {
+    for await (const key of this.list(prefix)) {
+      try {
+        const st = await lstat(join(this.root, key))
+        if (st.isFile()) yield { key, size: st.size, modified: st.mtime }
+      } catch (err) {
+        const classified = classifyFsError(err, 'list', key, this.url)
+        if (!(classified instanceof NotFoundError)) throw classified // deleted since it was listed: skip it
+      }
+    }
   }
 
   async delete (key: string): Promise<void> {

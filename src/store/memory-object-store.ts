@@ -7,7 +7,7 @@
  * May import: src/errors.ts, ./object-store.ts, ./object-key.ts.
  */
 import { CorruptObjectError, NotFoundError, UsageError } from '../errors.js'
-import type { ObjectStat, ObjectStore } from './object-store.js'
+import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 import {
   assertValidKey, assertValidPrefix, assertValidRange, notFoundMessage, shortObjectMessage
 } from './object-key.js'
@@ -17,6 +17,7 @@ let nextStoreId = 1
 export class MemoryObjectStore implements ObjectStore {
   readonly url: string
   readonly #objects = new Map<string, Buffer>()
+  readonly #modified = new Map<string, Date>()
   #closed = false
 
   /** `name` only appears in the store's url (`memory://<name>`), for messages. */
@@ -45,13 +46,14 @@ export class MemoryObjectStore implements ObjectStore {
     this.#assertOpen('put')
     assertValidKey(key, this.url)
     this.#objects.set(key, Buffer.from(data))
+    this.#modified.set(key, new Date())
   }
 
   async stat (key: string): Promise<ObjectStat | undefined> {
     this.#assertOpen('stat')
     assertValidKey(key, this.url)
     const data = this.#objects.get(key)
-    return data === undefined ? undefined : { size: data.length }
+    return data === undefined ? undefined : { size: data.length, modified: this.#modified.get(key)! }
   }
 
   async * list (prefix: string): AsyncIterable<string> {
@@ -63,10 +65,18 @@ export class MemoryObjectStore implements ObjectStore {
     }
   }
 
+  async * listObjects (prefix: string): AsyncIterable<ListedObject> {
+    for await (const key of this.list(prefix)) {
+      const data = this.#objects.get(key)
+      if (data !== undefined) yield { key, size: data.length, modified: this.#modified.get(key)! }
+    }
+  }
+
   async delete (key: string): Promise<void> {
     this.#assertOpen('delete')
     assertValidKey(key, this.url)
     this.#objects.delete(key)
+    this.#modified.delete(key)
   }
 
   async close (): Promise<void> {

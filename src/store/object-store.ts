@@ -17,6 +17,17 @@
 
 export interface ObjectStat {
   size: number
+  /**
+   * When the object was last written, by the store's clock (S3
+   * `LastModified`, the file's mtime). Garbage collection compares these
+   * with each other only, never with a node's clock.
+   */
+  modified: Date
+}
+
+/** One object of a detailed listing. */
+export interface ListedObject extends ObjectStat {
+  key: string
 }
 
 export interface ObjectStore {
@@ -49,6 +60,13 @@ export interface ObjectStore {
 
   /** Every key that starts with `prefix`, in no particular order. */
   list (prefix: string): AsyncIterable<string>
+
+  /**
+   * Like list(), with each object's size and modification time (S3: the
+   * same paged ListObjectsV2 calls; fs: one lstat per file). Objects written
+   * or deleted during the listing may or may not appear.
+   */
+  listObjects (prefix: string): AsyncIterable<ListedObject>
 
   /** Remove the object. Removing a missing key is not an error. Async. */
   delete (key: string): Promise<void>

@@ -14,7 +14,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { StoreUnavailableError } from '../errors.js'
-import type { ObjectStat, ObjectStore } from './object-store.js'
+import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export interface RetryOptions {
   /** Attempts per call, the first included. Default 5. */
@@ -80,14 +80,24 @@ export class RetryingObjectStore implements ObjectStore {
   }
 
   async * list (prefix: string): AsyncIterable<string> {
+    yield * this.#listOnce(prefix, () => this.inner.list(prefix), key => key)
+  }
+
+  async * listObjects (prefix: string): AsyncIterable<ListedObject> {
+    yield * this.#listOnce(prefix, () => this.inner.listObjects(prefix), o => o.key)
+  }
+
+  /** A listing restarted from the beginning after a retryable failure, each key yielded once. */
+  async * #listOnce<T> (prefix: string, listing: () => AsyncIterable<T>, keyOf: (item: T) => string): AsyncIterable<T> {
     const yielded = new Set<string>()
     const started = Date.now()
     for (let attempt = 1; ; attempt++) {
       try {
-        for await (const key of this.inner.list(prefix)) {
+        for await (const item of listing()) {
+          const key = keyOf(item)
           if (yielded.has(key)) continue
           yielded.add(key)
-          yield key
+          yield item
         }
         return
       } catch (err) {

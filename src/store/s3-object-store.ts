@@ -19,7 +19,7 @@ import { CorruptObjectError, UsageError } from '../errors.js'
 import {
   assertValidKey, assertValidPrefix, assertValidRange, shortObjectMessage
 } from './object-key.js'
-import type { ObjectStat, ObjectStore } from './object-store.js'
+import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 import { classifyS3Error, type S3StoreOp } from './s3-errors.js'
 
 export const DEFAULT_S3_REGION = 'us-east-1'
@@ -159,7 +159,7 @@ export class S3ObjectStore implements ObjectStore {
     this.#check('stat', key)
     try {
       const res = await this.#send(sdk => new sdk.HeadObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
-      return { size: res.ContentLength ?? 0 }
+      return { size: res.ContentLength ?? 0, modified: res.LastModified instanceof Date ? res.LastModified : new Date(0) }
     } catch (err) {
       const classified = classifyS3Error(err, 'stat', key, this.url)
       if (classified.code === 'ERR_NOT_FOUND') return undefined
@@ -168,21 +168,27 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   async * list (prefix: string): AsyncIterable<string> {
+    for await (const o of this.listObjects(prefix)) yield o.key
+  }
+
+  async * listObjects (prefix: string): AsyncIterable<ListedObject> {
     this.#assertOpen('list')
     assertValidPrefix(prefix, this.url)
     let continuationToken: string | undefined
     do {
-      let keys: string[]
+      let objects: ListedObject[]
       try {
         const res = await this.#send(sdk => new sdk.ListObjectsV2Command({
           Bucket: this.bucket, Prefix: this.#keyPrefix + prefix, ContinuationToken: continuationToken
         }))
-        keys = ((res.Contents ?? []) as Array<{ Key?: string }>).map(o => o.Key ?? '').filter(k => k.startsWith(this.#keyPrefix))
+        objects = ((res.Contents ?? []) as Array<{ Key?: string, Size?: number, LastModified?: Date }>)
+          .filter(o => (o.Key ?? '').startsWith(this.#keyPrefix))
+          .map(o => ({ key: o.Key!.slice(this.#keyPrefix.length), size: o.Size ?? 0, modified: o.LastModified instanceof Date ? o.LastModified : new Date(0) }))
         continuationToken = res.IsTruncated === true ? res.NextContinuationToken : undefined
       } catch (err) {
         throw classifyS3Error(err, 'list', prefix, this.url)
       }
-      for (const key of keys) yield key.slice(this.#keyPrefix.length)
+      yield * objects
     } while (continuationToken !== undefined)
   }
 

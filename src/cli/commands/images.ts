@@ -2,7 +2,8 @@
 import { UsageError } from '../../errors.js'
 import { shortDigest } from '../../format/digest.js'
 import { formatRef, parseRef } from '../../format/ref.js'
-import { deleteRef, listRefs, readRef, resolveRef, updateRef } from '../../image/refs.js'
+import { deleteRef, listRefs, readRef, resolveRef } from '../../image/refs.js'
+import { tagImage } from '../../image/tag-image.js'
 import type { Command } from '../command.js'
 import { isSandboxId, removeSandboxes } from './sandboxes.js'
 
@@ -36,8 +37,7 @@ export const tagCommand: Command = {
   async run (ctx, { positionals }) {
     if (positionals.length !== 2) throw new UsageError(`tag takes SOURCE and TARGET; usage: ${this.usage}`)
     const [source, target] = positionals.map(parseRef) as [ReturnType<typeof parseRef>, ReturnType<typeof parseRef>]
-    const digest = await resolveRef(ctx.store(), source)
-    await updateRef(ctx.store(), target, digest)
+    const digest = await tagImage(ctx.store(), source, target)
     if (!ctx.json) ctx.out(`${formatRef(target)} -> ${digest}`)
     else ctx.out(JSON.stringify({ ref: formatRef(target), manifest: digest }))
     return 0
@@ -62,7 +62,7 @@ export const historyCommand: Command = {
 
 export const rmCommand: Command = {
   name: 'rm',
-  summary: 'remove sandboxes (by id) and image refs (NAME:TAG; their objects stay in the store)',
+  summary: 'remove sandboxes (by id) and image refs (NAME:TAG; `layerctl gc store` frees the objects no ref needs any more)',
   usage: 'layerctl rm SANDBOX|NAME:TAG…',
   options: {},
   async run (ctx, { positionals }) {

@@ -5,7 +5,8 @@ import { inspectCommand, rebaseCommand } from './inspect.js'
 import { mountCommand, mountsCommand, prefetchCommand, statsCommand, umountCommand } from './mounts.js'
 import { exportCommand, pullCommand } from './pull.js'
 import { pushCommand } from './push.js'
-import { commitCommand, gcCommand, psCommand, runCommand } from './sandboxes.js'
+import { commitCommand, psCommand, runCommand } from './sandboxes.js'
+import { dfCommand, gcCommand } from './gc.js'
 
 export const commands: Command[] = [
   pushCommand,
@@ -25,5 +26,6 @@ export const commands: Command[] = [
   runCommand,
   psCommand,
   commitCommand,
-  gcCommand
+  gcCommand,
+  dfCommand
 ]

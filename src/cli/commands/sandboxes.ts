@@ -1,4 +1,4 @@
-/** `layerctl run`, `ps`, `gc --sandboxes` and `commit`: sandboxes on this node. */
+/** `layerctl run`, `ps`, `commit`, and what `gc sandboxes` does: sandboxes on this node. */
 import { UsageError } from '../../errors.js'
 import { formatRef, parseRef } from '../../format/ref.js'
 import type { ImageSource } from '../../image/sources/image-source.js'
@@ -113,20 +113,13 @@ export async function removeSandboxes (ctx: CommandContext, ids: string[]): Prom
   }
 }
 
-export const gcCommand: Command = {
-  name: 'gc',
-  summary: 'remove sandboxes whose caller is gone (--sandboxes)',
-  usage: 'layerctl gc --sandboxes',
-  options: { sandboxes: { type: 'boolean' } },
-  async run (ctx, { values }) {
-    if (values.sandboxes !== true) throw new UsageError(`gc needs what to collect; usage: ${this.usage}`)
-    const { cleanupSandbox } = await import('../../runtime/sandbox-cleanup.js')
-    const registry = new SandboxRegistry(ctx.db())
-    const orphans = registry.list().filter(r => SandboxRegistry.status(r) === 'orphaned')
-    for (const r of orphans) { await cleanupSandbox(r); registry.remove(r.id) }
-    ctx.out(ctx.json ? JSON.stringify({ removed: orphans.map(r => r.id) }) : `removed ${orphans.length} orphaned sandbox(es)`)
-    return 0
-  }
+/** `gc sandboxes`: remove the sandboxes whose caller is gone. */
+export async function collectSandboxes (ctx: CommandContext): Promise<string[]> {
+  const { cleanupSandbox } = await import('../../runtime/sandbox-cleanup.js')
+  const registry = new SandboxRegistry(ctx.db())
+  const orphans = registry.list().filter(r => SandboxRegistry.status(r) === 'orphaned')
+  for (const r of orphans) { await cleanupSandbox(r); registry.remove(r.id) }
+  return orphans.map(r => r.id)
 }
 
 export const commitCommand: Command = {

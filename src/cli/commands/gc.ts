@@ -1,0 +1,116 @@
+/** `layerctl gc store|node|sandboxes` and `layerctl df`: freeing and accounting for space. */
+import { UsageError } from '../../errors.js'
+import type { Command, CommandContext } from '../command.js'
+import { formatBytes, parseDuration } from '../human-units.js'
+import { collectSandboxes } from './sandboxes.js'
+
+const GC_USAGE = 'layerctl gc store [--dry-run] [--grace DURATION] [--keep-history N] [--repack-threshold F] [--json] | gc node [--json] | gc sandboxes (alias: gc --sandboxes)'
+
+export const gcCommand: Command = {
+  name: 'gc',
+  summary: 'free space: store objects no ref needs (store), stale node state (node), sandboxes whose caller is gone (sandboxes)',
+  usage: GC_USAGE,
+  options: {
+    sandboxes: { type: 'boolean' },
+    'dry-run': { type: 'boolean' },
+    grace: { type: 'string' },
+    'keep-history': { type: 'string' },
+    'repack-threshold': { type: 'string' }
+  },
+  async run (ctx, { values, positionals }) {
+    const subject = positionals[0] ?? (values.sandboxes === true ? 'sandboxes' : undefined)
+    if (positionals.length > 1 || (values.sandboxes === true && subject !== 'sandboxes')) throw new UsageError(`gc takes one subject; usage: ${GC_USAGE}`)
+    if (subject !== 'store' && (values['dry-run'] !== undefined || values.grace !== undefined || values['keep-history'] !== undefined || values['repack-threshold'] !== undefined)) {
+      throw new UsageError(`--dry-run, --grace, --keep-history and --repack-threshold apply to \`gc store\` only; usage: ${GC_USAGE}`)
+    }
+    switch (subject) {
+      case 'store': return await gcStoreCommand(ctx, values)
+      case 'node': return await gcNodeCommand(ctx)
+      case 'sandboxes': {
+        const removed = await collectSandboxes(ctx)
+        ctx.out(ctx.json ? JSON.stringify({ removed }) : `removed ${removed.length} orphaned sandbox(es)`)
+        return 0
+      }
+      default: throw new UsageError(`gc needs what to collect: store, node or sandboxes${subject === undefined ? '' : ` (not ${JSON.stringify(subject)})`}; usage: ${GC_USAGE}`)
+    }
+  }
+}
+
+async function gcStoreCommand (ctx: CommandContext, values: Record<string, unknown>): Promise<number> {
+  const grace = values.grace === undefined ? undefined : parseDuration(values.grace as string)
+  if (grace === undefined && values.grace !== undefined) throw new UsageError(`invalid --grace ${JSON.stringify(values.grace)}: use a duration such as 0, 90s, 15m, 1h or 2d`)
+  const keep = values['keep-history'] === undefined ? undefined : Number(values['keep-history'])
+  if (keep !== undefined && !(Number.isSafeInteger(keep) && keep >= 1)) throw new UsageError(`invalid --keep-history ${JSON.stringify(values['keep-history'])}: use a whole number of versions, 1 or more`)
+  const threshold = values['repack-threshold'] === undefined ? undefined : Number(values['repack-threshold'])
+  if (threshold !== undefined && !(threshold >= 0 && threshold <= 1)) throw new UsageError(`invalid --repack-threshold ${JSON.stringify(values['repack-threshold'])}: use a fraction between 0 and 1`)
+  const { gcStore } = await import('../../gc/store-gc.js')
+  const r = await gcStore(ctx.store(), {
+    dryRun: values['dry-run'] === true,
+    ...(grace === undefined ? {} : { graceMs: grace }),
+    ...(keep === undefined ? {} : { keepHistory: keep }),
+    ...(threshold === undefined ? {} : { repackThreshold: threshold }),
+    log: line => { if (ctx.debug) ctx.err(line) }
+  })
+  if (ctx.json) { ctx.out(JSON.stringify(r)); return 0 }
+  const verb = r.dryRun ? 'would delete' : 'deleted'
+  ctx.out(`${verb} ${r.deletedObjects} objects (${formatBytes(r.deletedBytes)}); kept ${r.keptObjects} (${formatBytes(r.keptBytes)}) in ${r.seconds.toFixed(2)} s`)
+  for (const [kind, k] of Object.entries(r.deletedByKind)) ctx.out(`  ${kind.padEnd(10)} ${String(k.objects).padStart(7)}  ${formatBytes(k.bytes)}`)
+  if (r.waitedLeases > 0 || r.rescuedObjects > 0) ctx.out(`waited for ${r.waitedLeases} writer(s); ${r.rescuedObjects} condemned object(s) were needed again and kept`)
+  ctx.out(`dead chunk bytes inside kept blobs: ${formatBytes(r.deadBytesInLiveBlobs)} (${r.blobsOverRepackThreshold} blob(s) over the repack threshold; compaction is not done, see the README's format section)`)
+  if (r.missing.length > 0) ctx.err(`layerctl gc: warning: ${r.missing.length} object(s) named by a root are missing from the store, e.g. ${r.missing[0]!}`)
+  return 0
+}
+
+async function gcNodeCommand (ctx: CommandContext): Promise<number> {
+  const { daemonFor } = await import('../daemon-client.js')
+  const r = await (await daemonFor(ctx)).call<Record<string, number>>('gcNode', {})
+  const sandboxes = await collectSandboxes(ctx)
+  const result = { ...r, sandboxes: sandboxes.length }
+  ctx.out(ctx.json ? JSON.stringify(result) : Object.entries(result).map(([k, v]) => `${k}: ${v}`).join(', '))
+  return 0
+}
+
+export const dfCommand: Command = {
+  name: 'df',
+  summary: 'disk use: store bytes by kind, live and reclaimable, dedup; the node\'s cache, sandboxes and mounts',
+  usage: 'layerctl df [--json]',
+  options: {},
+  async run (ctx, { positionals }) {
+    if (positionals.length > 0) throw new UsageError(`df takes no arguments; usage: ${this.usage}`)
+    const { storeUsage } = await import('../../gc/store-df.js')
+    const store = await storeUsage(ctx.store())
+    const node = await nodeUsage(ctx)
+    if (ctx.json) { ctx.out(JSON.stringify({ store, node })); return 0 }
+    ctx.out(`store ${store.store}: ${formatBytes(store.total.bytes)} in ${store.total.objects} objects; live ${formatBytes(store.live.bytes)}, reclaimable ${formatBytes(store.reclaimable.bytes)}`)
+    ctx.out(`  ${'KIND'.padEnd(10)} ${'OBJECTS'.padStart(8)} ${'BYTES'.padStart(10)} ${'LIVE'.padStart(10)} ${'RECLAIMABLE'.padStart(12)}`)
+    for (const [kind, k] of Object.entries(store.byKind)) {
+      if (k.objects === 0) continue
+      ctx.out(`  ${kind.padEnd(10)} ${String(k.objects).padStart(8)} ${formatBytes(k.bytes).padStart(10)} ${formatBytes(k.liveBytes).padStart(10)} ${formatBytes(k.reclaimableBytes).padStart(12)}`)
+    }
+    const d = store.dedup
+    ctx.out(`  dedup: live images hold ${formatBytes(d.referencedPlainBytes)} of files in ${formatBytes(d.distinctPlainBytes)} of distinct chunks (${d.dedupRatio.toFixed(2)}x), stored as ${formatBytes(d.storedBlobBytes)} (${d.savingRatio.toFixed(2)}x)`)
+    ctx.out(`  dead chunk bytes inside live blobs: ${formatBytes(store.deadBytesInLiveBlobs)} (${store.blobsOverHalfDead} blob(s) over half dead)`)
+    if (node === undefined) { ctx.out('node: layerd is not running (no cache, mount or sandbox figures)'); return 0 }
+    ctx.out(`node ${ctx.settings.home}: chunk cache ${formatBytes(node.cache.bytes)} of ${formatBytes(node.cache.capBytes)} (watermarks ${formatBytes(node.cache.lowWatermarkBytes)}–${formatBytes(node.cache.highWatermarkBytes)}), ` +
+      `${node.mounts} mount(s), ${node.sandboxes.count} sandbox(es) using ${formatBytes(node.sandboxes.diskBytes)}`)
+    return 0
+  }
+}
+
+export interface NodeUsage {
+  cache: { bytes: number, capBytes: number, highWatermarkBytes: number, lowWatermarkBytes: number, entries: number }
+  mounts: number
+  sandboxes: { count: number, diskBytes: number }
+}
+
+/** The running daemon's figures, or undefined when none runs (df does not start one). */
+async function nodeUsage (ctx: CommandContext): Promise<NodeUsage | undefined> {
+  const { connectDaemon } = await import('../../daemon/daemon-launcher.js')
+  let client
+  try { client = await connectDaemon({ home: ctx.settings.home, autoStart: false }) } catch { return undefined }
+  try {
+    return await client.call<NodeUsage>('df', {})
+  } finally {
+    await client.close()
+  }
+}
