@@ -53,7 +53,9 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.OK
   }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
-  const daemon = new LayerdDaemon({ home, cacheBytes, restoreMounts: values['no-restore'] !== true, log })
+  const settings = resolveSettings({ home })
+  const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
+  const daemon = new LayerdDaemon({ home, cacheBytes, restoreMounts: values['no-restore'] !== true, snapshotterStore, log })
   try {
     await daemon.start()
   } catch (err) {

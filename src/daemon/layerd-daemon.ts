@@ -12,7 +12,7 @@
  */
 import { openSync, writeSync, closeSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { LayerdError, UsageError } from '../errors.js'
+import { LayerdError, UnsupportedError, UsageError } from '../errors.js'
 import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { exportImage, type ExportTarget } from '../materialize/export-image.js'
@@ -24,6 +24,8 @@ import { BlockViews } from './block-views.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
 import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
 import { SandboxRegistry } from '../runtime/sandbox-registry.js'
+import { resolveSettings } from '../state/settings.js'
+import { snapshotterSocketPath, startContainerdSnapshotter, type RunningSnapshotter } from '../snapshotter/containerd-snapshotter.js'
 
 export interface DaemonConfig {
   home: string
@@ -31,6 +33,8 @@ export interface DaemonConfig {
   cacheBytes: number
   /** Mount again what a killed daemon had mounted. */
   restoreMounts: boolean
+  /** The store containerd's remote snapshots are served from (`--store`, LAYERD_STORE, or the embedded one). */
+  snapshotterStore?: StoreLocation
   log: (line: string) => void
 }
 
@@ -53,6 +57,7 @@ export class LayerdDaemon {
   #mounts: MountManager | undefined
   #blockViews: BlockViews | undefined
   #server: ControlServer | undefined
+  #snapshotter: RunningSnapshotter | undefined
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
 
@@ -79,6 +84,7 @@ export class LayerdDaemon {
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
+      await this.#startSnapshotter()
     } catch (err) {
       await this.stop()
       throw err
@@ -89,6 +95,7 @@ export class LayerdDaemon {
   async stop (): Promise<void> {
     this.#stopping ??= (async () => {
       await this.#server?.close()
+      await this.#snapshotter?.close()
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
@@ -97,6 +104,19 @@ export class LayerdDaemon {
       this.#releasePidFile()
     })()
     await this.#stopping
+  }
+
+  /** containerd's snapshotter on `<home>/snapshotter.sock`; without containerd's protos installed the daemon runs without it (logged). */
+  async #startSnapshotter (): Promise<void> {
+    const { home, log } = this.config
+    const store = this.config.snapshotterStore ?? { store: resolveSettings({ home }).store }
+    try {
+      this.#snapshotter = await startContainerdSnapshotter({ home, db: this.#db!, mounts: this.#mounts!, stores: this.#stores!, store, log })
+      log(`containerd snapshotter serving ${snapshotterSocketPath(home)} (remote snapshots from ${store.store})`)
+    } catch (err) {
+      if (!(err instanceof UnsupportedError)) throw err
+      log(`containerd snapshotter not started: ${err.message}`)
+    }
   }
 
   #handlers (): Record<string, (params: any) => Promise<unknown>> {
