@@ -12,7 +12,7 @@
  */
 import { openSync, writeSync, closeSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { LayerdError, UnsupportedError, UsageError } from '../errors.js'
+import { LayerdError, UsageError } from '../errors.js'
 import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { exportImage, type ExportTarget } from '../materialize/export-image.js'
@@ -22,10 +22,6 @@ import { pidFilePath, socketPath } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
-import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
-import { SandboxRegistry } from '../runtime/sandbox-registry.js'
-import { resolveSettings } from '../state/settings.js'
-import { snapshotterSocketPath, startContainerdSnapshotter, type RunningSnapshotter } from '../snapshotter/containerd-snapshotter.js'
 
 export interface DaemonConfig {
   home: string
@@ -33,10 +29,26 @@ export interface DaemonConfig {
   cacheBytes: number
   /** Mount again what a killed daemon had mounted. */
   restoreMounts: boolean
-  /** The store containerd's remote snapshots are served from (`--store`, LAYERD_STORE, or the embedded one). */
-  snapshotterStore?: StoreLocation
   log: (line: string) => void
+  /**
+   * Node upkeep that runs once per start, after the mounts are recovered and
+   * before the socket listens; a failure is logged, never fatal. layerd/main.ts
+   * passes the removal of sandboxes left by crashed callers (src/runtime/),
+   * which the daemon itself knows nothing of.
+   */
+  sweepAtStart?: (db: NodeDb, log: (line: string) => void) => Promise<void>
+  /**
+   * Servers started once the control socket listens, stopped first on stop
+   * (layerd/main.ts passes containerd's snapshotter, src/snapshotter/, which
+   * stands on the daemon's mounts). A service that fails to start stops the
+   * daemon's start.
+   */
+  services?: Array<(parts: DaemonParts) => Promise<DaemonService>>
 }
+
+/** What a service gets from the daemon: the node's database, mounts and stores. */
+export interface DaemonParts { home: string, db: NodeDb, mounts: MountManager, stores: StorePool, log: (line: string) => void }
+export interface DaemonService { close: () => Promise<void> }
 
 /** Documented exit codes of `layerd`. */
 export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4 } as const
@@ -57,7 +69,7 @@ export class LayerdDaemon {
   #mounts: MountManager | undefined
   #blockViews: BlockViews | undefined
   #server: ControlServer | undefined
-  #snapshotter: RunningSnapshotter | undefined
+  readonly #services: DaemonService[] = []
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
 
@@ -79,12 +91,13 @@ export class LayerdDaemon {
       this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
       const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
-      const orphans = await removeOrphanedSandboxes(this.#db, log)
-      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
+      await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
-      await this.#startSnapshotter()
+      for (const start of this.config.services ?? []) {
+        this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
+      }
     } catch (err) {
       await this.stop()
       throw err
@@ -95,7 +108,7 @@ export class LayerdDaemon {
   async stop (): Promise<void> {
     this.#stopping ??= (async () => {
       await this.#server?.close()
-      await this.#snapshotter?.close()
+      for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
@@ -104,19 +117,6 @@ export class LayerdDaemon {
       this.#releasePidFile()
     })()
     await this.#stopping
-  }
-
-  /** containerd's snapshotter on `<home>/snapshotter.sock`; without containerd's protos installed the daemon runs without it (logged). */
-  async #startSnapshotter (): Promise<void> {
-    const { home, log } = this.config
-    const store = this.config.snapshotterStore ?? { store: resolveSettings({ home }).store }
-    try {
-      this.#snapshotter = await startContainerdSnapshotter({ home, db: this.#db!, mounts: this.#mounts!, stores: this.#stores!, store, log })
-      log(`containerd snapshotter serving ${snapshotterSocketPath(home)} (remote snapshots from ${store.store})`)
-    } catch (err) {
-      if (!(err instanceof UnsupportedError)) throw err
-      log(`containerd snapshotter not started: ${err.message}`)
-    }
   }
 
   #handlers (): Record<string, (params: any) => Promise<unknown>> {
@@ -195,14 +195,4 @@ export class LayerdDaemon {
 
 function isAlive (pid: number): boolean {
   try { process.kill(pid, 0); return true } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' }
-}
-
-/** Sandboxes whose owning process is gone and that were not kept. Never throws. */
-async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<number> {
-  const registry = new SandboxRegistry(db)
-  let removed = 0
-  for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
-    try { await cleanupSandbox(r); registry.remove(r.id); removed++ } catch (err) { log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
-  }
-  return removed
 }

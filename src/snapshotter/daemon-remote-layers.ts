@@ -4,18 +4,18 @@
  * and mounted through the daemon's MountManager (lazy FUSE, the node's
  * shared chunk cache; listed by `layerctl mounts`, counted in stats).
  *
- * May import: src/errors.ts, src/format/, src/fs/fuse-binding.ts, src/runtime/overlay/mount-table.ts,
+ * May import: src/errors.ts, src/format/, src/fs/fuse-binding.ts, src/host/mount-table.ts,
  * src/daemon/ (mount manager, store pool), this folder.
  */
 import type { Digest } from '../format/digest.js'
 import type { MountManager } from '../daemon/mount-manager.js'
 import type { StoreLocation, StorePool } from '../daemon/store-pool.js'
 import { lazyUnmount } from '../fs/fuse-binding.js'
-import { mountsUnder } from '../runtime/overlay/mount-table.js'
+import { mountsUnder } from '../host/mount-table.js'
 import { chainIdOf } from './chain-id.js'
 import { TARGET_SNAPSHOT_REF_LABEL, type RemoteLayers } from './layerd-snapshotter.js'
 import { findLayerForLabels } from './layer-lookup.js'
-import type { RemoteChain, SnapshotRecord } from './snapshot-records.js'
+import type { RemoteChain, SnapshotRecord } from '../state/containerd-snapshot-table.js'
 
 export class DaemonRemoteLayers implements RemoteLayers {
   constructor (

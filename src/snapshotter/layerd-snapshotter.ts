@@ -27,7 +27,7 @@ import { join } from 'node:path'
 import { NotFoundError, UsageError, describeError } from '../errors.js'
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError } from './snapshot-errors.js'
 import { snapshotFilter } from './snapshot-filters.js'
-import { SnapshotRecords, type RemoteChain, type SnapshotKind, type SnapshotRecord } from './snapshot-records.js'
+import { ContainerdSnapshotTable, type RemoteChain, type SnapshotKind, type SnapshotRecord } from '../state/containerd-snapshot-table.js'
 
 /** containerd's label naming the committed snapshot a Prepare may resolve to (remote-snapshotter protocol). */
 export const TARGET_SNAPSHOT_REF_LABEL = 'containerd.io/snapshot.ref'
@@ -68,14 +68,14 @@ export interface RemoteLayers {
 export interface SnapshotterOptions {
   /** Directory holding `snapshots/<id>`. */
   root: string
-  records: SnapshotRecords
+  records: ContainerdSnapshotTable
   remote: RemoteLayers
   log: (line: string) => void
 }
 
 export class LayerdSnapshotter {
   readonly #root: string
-  readonly #records: SnapshotRecords
+  readonly #records: ContainerdSnapshotTable
   readonly #remote: RemoteLayers
   readonly #log: (line: string) => void
   readonly #mounting = new Map<string, Promise<string>>()

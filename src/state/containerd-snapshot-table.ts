@@ -1,6 +1,7 @@
 /**
- * The snapshotter's metadata: one row per snapshot in the node database
- * (table `containerd_snapshots`). A snapshot's directory is
+ * The `containerd_snapshots` table: the containerd snapshotter's metadata
+ * (src/snapshotter/ gives it meaning), one row per snapshot; a repository
+ * over the node database (schema.ts). A snapshot's directory is
  * `<root>/snapshots/<id>`; Commit renames the key and keeps the id, so an
  * unpacked layer is never copied. A remote snapshot records the layer
  * chain (bottom first) its FUSE mount shows, and the store it is in.
@@ -8,9 +9,9 @@
  * All writes are single statements or transactions: a crash leaves either
  * the old row or the new one.
  *
- * May import: src/state/node-db.ts (types), this folder.
+ * May import: src/format/ (types), this folder.
  */
-import type { NodeDb } from '../state/node-db.js'
+import type { NodeDb } from './node-db.js'
 import type { Digest } from '../format/digest.js'
 
 export type SnapshotKind = 'active' | 'view' | 'committed'
@@ -44,16 +45,10 @@ function fromRow (r: Row): SnapshotRecord {
   }
 }
 
-export class SnapshotRecords {
+export class ContainerdSnapshotTable {
   readonly #db: NodeDb
 
-  constructor (db: NodeDb) {
-    this.#db = db
-    db.exec(`CREATE TABLE IF NOT EXISTS containerd_snapshots (
-      id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, parent TEXT NOT NULL,
-      kind TEXT NOT NULL, labels TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, remote TEXT)`)
-    db.exec('CREATE INDEX IF NOT EXISTS containerd_snapshots_parent ON containerd_snapshots (parent)')
-  }
+  constructor (db: NodeDb) { this.#db = db }
 
   /** The snapshot with `key`, or undefined. Sync. */
   get (key: string): SnapshotRecord | undefined {
