@@ -6,7 +6,7 @@
  *    (`layerctl containerd pull` of a layerd image knows it);
  * 2. `containerd.io/snapshot/cri.layer-digest`: the layer's blob digest in
  *    its registry, through the store's `layer-by-blob/<hex>` index that
- *    registry pushes record;
+ *    pushes from registries and OCI layouts record (src/image/known-layers.ts);
  * 3. the same digest through `layer-by-diff/<hex>`: a layer descriptor of
  *    an uncompressed tar has its diff_id as digest (the descriptors
  *    `layerctl containerd pull` synthesizes for images pushed from files).
@@ -17,30 +17,14 @@
  * May import: src/errors.ts, src/format/, src/store/, src/image/.
  */
 import { NotFoundError } from '../errors.js'
-import { digestHex, isDigest, type Digest } from '../format/digest.js'
+import { isDigest, type Digest } from '../format/digest.js'
 import type { ObjectStore } from '../store/object-store.js'
-import { findLayerByDiffId } from '../image/known-layers.js'
+import { findLayerByBlob, findLayerByDiffId } from '../image/known-layers.js'
 import { getToc } from '../image/metadata-objects.js'
 import type { LayerToc } from '../format/toc.js'
 
 export const LAYERD_LAYER_LABEL = 'containerd.io/snapshot/layerd.layer'
 export const CRI_LAYER_DIGEST_LABEL = 'containerd.io/snapshot/cri.layer-digest'
-/** Store key prefix of the blob-digest index (written by registry pushes). */
-export const LAYER_BY_BLOB_PREFIX = 'layer-by-blob/'
-
-export interface FoundLayer { digest: Digest, toc: LayerToc, via: 'label' | 'layer-by-blob' | 'layer-by-diff' }
-
-/** The TOC a `layer-by-blob/<hex>` entry names, or undefined. Async; a missing or lying entry reads as undefined. */
-export async function findLayerByBlobDigest (store: Pick<ObjectStore, 'get' | 'url'>, blob: Digest): Promise<{ digest: Digest, toc: LayerToc } | undefined> {
-  let named: string
-  try { named = (await store.get(LAYER_BY_BLOB_PREFIX + digestHex(blob))).toString('utf8').trim() } catch (err) {
-    if (err instanceof NotFoundError) return undefined
-    throw err
-  }
-  if (!isDigest(named)) return undefined
-  return await tocOrUndefined(store, named)
-}
-
 async function tocOrUndefined (store: Pick<ObjectStore, 'get' | 'url'>, digest: Digest): Promise<{ digest: Digest, toc: LayerToc } | undefined> {
   try { return { digest, toc: await getToc(store, digest) } } catch (err) {
     if (err instanceof NotFoundError) return undefined
@@ -57,7 +41,7 @@ export async function findLayerForLabels (store: Pick<ObjectStore, 'get' | 'url'
   }
   const blob = labels[CRI_LAYER_DIGEST_LABEL]
   if (blob === undefined || !isDigest(blob)) return undefined
-  const byBlob = await findLayerByBlobDigest(store, blob)
+  const byBlob = await findLayerByBlob(store, blob)
   if (byBlob !== undefined) return { ...byBlob, via: 'layer-by-blob' }
   const byDiff = await findLayerByDiffId(store, blob)
   return byDiff === undefined ? undefined : { ...byDiff, via: 'layer-by-diff' }
