@@ -13,7 +13,10 @@
  * A layer the snapshotter does not serve remotely fails the pull, naming it
  * (there is no blob to download), and leaves no snapshot of its own.
  *
- * May import: src/errors.ts, src/format/, src/image/, src/store/ (types), this folder.
+ * A `docker://` image takes its manifest and config from its registry
+ * (registry-image.ts) and its layers from layerd's store by blob digest.
+ *
+ * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), this folder.
  */
 import { randomBytes } from 'node:crypto'
 import { LayerdError, NotFoundError } from '../errors.js'
@@ -25,14 +28,18 @@ import { SNAPSHOTTER_NAME } from './containerd-snapshotter.js'
 import { TARGET_SNAPSHOT_REF_LABEL } from './layerd-snapshotter.js'
 import { CRI_LAYER_DIGEST_LABEL, LAYERD_LAYER_LABEL } from './layer-lookup.js'
 import { ociImageOf } from './oci-image.js'
+import { registryOciImage } from './registry-image.js'
+import type { RegistryClientOptions } from '../registry/registry-client.js'
 import { AlreadyExistsError } from './snapshot-errors.js'
 
 const LEASE_EXPIRE_MS = 60 * 60 * 1000
 
 export interface ContainerdPullOptions {
-  /** layerd image, NAME:TAG or a manifest digest. */
+  /** layerd image (NAME:TAG or a manifest digest), or a registry image `docker://HOST/REPO:TAG` whose layers layerd holds. */
   image: string
   store: Pick<ObjectStore, 'get' | 'url'>
+  /** For a docker:// image: TLS and credentials. */
+  registry?: RegistryClientOptions
   address: string
   namespace: string
   /** containerd image name; default `image`. */
@@ -46,9 +53,11 @@ export interface ContainerdPullResult { name: string, manifest: Digest, layers: 
 export async function containerdPull (opts: ContainerdPullOptions): Promise<ContainerdPullResult> {
   const started = performance.now()
   const snapshotter = opts.snapshotter ?? SNAPSHOTTER_NAME
-  const name = opts.name ?? opts.image
-  const loaded = await loadImage(opts.store, opts.image)
-  const oci = ociImageOf(opts.image, loaded.manifest)
+  const fromRegistry = opts.image.startsWith('docker://')
+  const oci = fromRegistry
+    ? await registryOciImage(opts.image, opts.registry ?? { env: process.env })
+    : ociImageOf(opts.image, (await loadImage(opts.store, opts.image)).manifest)
+  const name = opts.name ?? ('ref' in oci ? oci.ref as string : opts.image)
   const client = new ContainerdClient(opts.address, opts.namespace)
   try {
     await client.takeLease(`layerctl-pull-${randomBytes(8).toString('hex')}`, LEASE_EXPIRE_MS)
@@ -65,10 +74,10 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
       } else {
         await prepareRemote(client, snapshotter, layer.chainId, parent, {
           [TARGET_SNAPSHOT_REF_LABEL]: layer.chainId,
-          [LAYERD_LAYER_LABEL]: layer.toc,
+          ...(layer.toc === undefined ? {} : { [LAYERD_LAYER_LABEL]: layer.toc }),
           [CRI_LAYER_DIGEST_LABEL]: layer.digest,
           'containerd.io/snapshot/cri.image-ref': name
-        }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc}) of ${opts.image}`)
+        }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc ?? layer.digest}) of ${opts.image}`, fromRegistry)
         remote++
       }
       parent = layer.chainId
@@ -99,7 +108,7 @@ async function snapshotExists (client: ContainerdClient, snapshotter: string, ke
 }
 
 /** Prepare with the remote labels; success means ALREADY_EXISTS. An ordinary snapshot made instead is removed and the pull fails. */
-async function prepareRemote (client: ContainerdClient, snapshotter: string, chainId: string, parent: string, labels: Record<string, string>, what: string): Promise<void> {
+async function prepareRemote (client: ContainerdClient, snapshotter: string, chainId: string, parent: string, labels: Record<string, string>, what: string, fromRegistry: boolean): Promise<void> {
   const key = `extract-layerctl-${randomBytes(6).toString('hex')} ${chainId}`
   try {
     await client.call('snapshots', 'Prepare', { snapshotter, key, parent, labels })
@@ -108,5 +117,7 @@ async function prepareRemote (client: ContainerdClient, snapshotter: string, cha
     throw err
   }
   await client.call('snapshots', 'Remove', { snapshotter, key }).catch(() => {})
-  throw new LayerdError('ERR_NOT_REMOTE', `${what}: the ${snapshotter} snapshotter did not serve it from layerd's store (is layerd running for this store, and is containerd's proxy plugin "${snapshotter}" its snapshotter.sock?); nothing to download it from`)
+  throw new LayerdError('ERR_NOT_REMOTE', fromRegistry
+    ? `${what}: layerd's store does not hold this layer (no layer-by-blob entry for it: \`layerctl push\` the image first), so it cannot be served lazily; \`ctr image pull --snapshotter ${snapshotter}\` pulls it the ordinary way`
+    : `${what}: the ${snapshotter} snapshotter did not serve it from layerd's store (is layerd running for this store, and is containerd's proxy plugin "${snapshotter}" its snapshotter.sock?); nothing to download it from`)
 }

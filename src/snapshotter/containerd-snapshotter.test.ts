@@ -7,7 +7,7 @@
  */
 import t from 'tap'
 import { existsSync } from 'node:fs'
-import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { ContainerdInstance } from '../../fixtures/containerd.js'
@@ -64,6 +64,25 @@ t.test('ctr snapshots prepare, mounts and rm leave nothing behind', async t => {
   const missing = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'rm', 'scratch-1')
   t.not(missing.code, 0, 'removing it again fails')
   t.match(missing.stderr, /not found|does not exist/)
+})
+
+t.test('with the layers in layerd\'s store from a registry push, a containerd pull of that registry image downloads no layer blob', async t => {
+  const push = await node.layerctl('push', `docker://${ref}`, 'deb/python:v1', '--tls-verify=false')
+  t.equal(push.code, 0, `layerctl push docker://…: ${push.stderr}`)
+  const logFile = join(registry.dir, 'registry.log')
+  const logBefore = (await readFile(logFile, 'utf8')).length
+  // Its own namespace: the default one still holds the ordinary snapshots of the first pull.
+  const pull = await node.layerctl('containerd', 'pull', `docker://${ref}`, '--tls-verify=false', '--address', containerd.address, '--namespace', 'lazy', '--json')
+  t.equal(pull.code, 0, pull.stderr)
+  const r = JSON.parse(pull.stdout) as { name: string, layers: number, remote: number }
+  t.equal(r.remote, r.layers, 'every layer found by its blob digest (layer-by-blob) and served remotely')
+  const log = (await readFile(logFile, 'utf8')).slice(logBefore)
+  const layerGets = images.images['python-v1'].layers.filter(l => log.includes(`GET /v2/deb/python/blobs/${l.digest}`))
+  t.same(layerGets, [], 'the registry served no layer blob')
+  t.match(log, /GET \/v2\/deb\/python\/manifests\/v1/, 'it served the manifest (the log is the right one)')
+  const run = await containerd.ctr('-n', 'lazy', 'run', '--rm', '--snapshotter', 'layerd', r.name, 'from-registry-1', 'python3', '-c', 'print(6*7)')
+  t.equal(run.stdout.trim(), '42', run.stderr)
+  t.equal((await containerd.ctr('-n', 'lazy', 'images', 'rm', '--sync', r.name)).code, 0)
 })
 
 t.test('containerd\'s GC after ctr image rm removes every snapshot, directory and mount', async t => {

@@ -25,6 +25,8 @@ import type { LayerToc } from '../format/toc.js'
 
 export const LAYERD_LAYER_LABEL = 'containerd.io/snapshot/layerd.layer'
 export const CRI_LAYER_DIGEST_LABEL = 'containerd.io/snapshot/cri.layer-digest'
+export interface FoundLayer { digest: Digest, toc: LayerToc, via: 'label' | 'layer-by-blob' | 'layer-by-diff' }
+
 async function tocOrUndefined (store: Pick<ObjectStore, 'get' | 'url'>, digest: Digest): Promise<{ digest: Digest, toc: LayerToc } | undefined> {
   try { return { digest, toc: await getToc(store, digest) } } catch (err) {
     if (err instanceof NotFoundError) return undefined

@@ -32,8 +32,8 @@ export interface OciLayer {
   /** Descriptor digest (the diff_id here). */
   digest: Digest
   diffId: Digest
-  /** layerd's TOC digest. */
-  toc: Digest
+  /** layerd's TOC digest, when known (a layerd image); a registry layer is found by its blob digest. */
+  toc?: Digest
   chainId: Digest
 }
 

@@ -12,7 +12,7 @@ import { SNAPSHOTTER_NAME, snapshotterSocketPath } from '../../snapshotter/conta
 import type { Command } from '../command.js'
 import { absolute } from '../daemon-client.js'
 
-const USAGE = 'layerctl containerd pull NAME:TAG [--address SOCK] [--namespace NS] [--name REF] | layerctl containerd config'
+const USAGE = 'layerctl containerd pull (NAME:TAG | docker://HOST/REPO:TAG) [--address SOCK] [--namespace NS] [--name REF] [--tls-verify=false] | layerctl containerd config'
 
 /** The `version = 2` config fragment: layerd as a proxy snapshotter, and CRI using it with the annotations the remote path needs. */
 export function containerdConfigStanza (home: string): string {
@@ -35,7 +35,7 @@ export const containerdCommand: Command = {
   name: 'containerd',
   summary: 'pull a layerd image into containerd with lazy layers (pull), or print the containerd settings (config)',
   usage: USAGE,
-  options: { address: { type: 'string' }, namespace: { type: 'string' }, name: { type: 'string' } },
+  options: { address: { type: 'string' }, namespace: { type: 'string' }, name: { type: 'string' }, 'tls-verify': { type: 'string' } },
   async run (ctx, { values, positionals }) {
     const [sub, ...rest] = positionals
     if (sub === 'config') {
@@ -45,13 +45,16 @@ export const containerdCommand: Command = {
     }
     if (sub !== 'pull' || rest.length !== 1) throw new UsageError(`usage: ${USAGE}`)
     const image = rest[0]!
-    if (!isDigest(image)) parseRef(image)
+    if (!isDigest(image) && !image.startsWith('docker://')) parseRef(image)
+    const tls = values['tls-verify'] as string | undefined
+    if (tls !== undefined && tls !== 'true' && tls !== 'false') throw new UsageError(`--tls-verify takes true or false, got ${JSON.stringify(tls)}`)
     const r = await containerdPull({
       image,
       store: ctx.store(),
       address: absolute((values.address as string | undefined) ?? process.env.CONTAINERD_ADDRESS ?? DEFAULT_CONTAINERD_ADDRESS),
       namespace: (values.namespace as string | undefined) ?? process.env.CONTAINERD_NAMESPACE ?? 'default',
-      ...(values.name === undefined ? {} : { name: values.name as string })
+      ...(values.name === undefined ? {} : { name: values.name as string }),
+      registry: { tlsVerify: tls !== 'false', env: process.env }
     })
     ctx.out(ctx.json ? JSON.stringify(r) : `${r.name}: ${r.manifest}, ${r.layers} layer(s) served lazily by layerd (${r.remote} prepared, ${r.alreadyThere} already there) in ${(r.ms / 1000).toFixed(2)} s`)
     return 0
