@@ -67,6 +67,12 @@ export class UnsupportedError extends LayerdError {
   constructor (message: string, options?: { cause?: unknown }) { super(UnsupportedError.code, message, options) }
 }
 
+/** The node's state database was written by a newer layerd (its schema version is above this build's). */
+export class StateTooNewError extends LayerdError {
+  static readonly code = 'ERR_STATE_TOO_NEW'
+  constructor (message: string, options?: { cause?: unknown }) { super(StateTooNewError.code, message, options) }
+}
+
 /** The first line of an error's message, for one-line CLI output. */
 export function describeError (err: unknown): string {
   if (err instanceof Error) return err.message.split('\n')[0] ?? String(err)

@@ -18,14 +18,21 @@
  * param) is answered with ERR_BAD_REQUEST naming the method and the field;
  * a request without a usable `id` is answered with `"id": null`.
  *
- * May import: src/errors.ts; types only from this folder and src/cache/.
+ * This file, control-client.ts and daemon-launcher.ts are the daemon's
+ * client side (the `daemon-client` layer in layers.json): the only part of
+ * src/daemon/ that src/sandbox/ and src/cli/ may import. The results that
+ * cross the socket are typed here, so clients never import the daemon's
+ * internals for a type (the server's handlers are checked against these
+ * types when the daemon compiles).
+ *
+ * May import: src/errors.ts, src/format/ and src/fs/ (types only), node built-ins.
  */
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { LayerdError } from '../errors.js'
-import type { ChunkCacheStats } from '../cache/chunk-cache.js'
-import type { PrefetchResult } from '../cache/chunk-fetcher.js'
-import type { BlockViewInfo } from './block-views.js'
-import type { MountInfo, MountStats, SharedImage } from './mount-manager.js'
+import type { Digest } from '../format/digest.js'
+import type { OciImageConfig } from '../format/manifest.js'
+import type { ImageMountStats } from '../fs/image-mount.js'
 
 export const SOCKET_NAME = 'layerd.sock'
 export const PID_FILE_NAME = 'layerd.pid'
@@ -77,18 +84,49 @@ type ParamsFromSpec<S> = Flatten<
 /** The params of `M`, as the server receives them once checked. */
 export type ControlParams<M extends ControlMethod> = ParamsFromSpec<(typeof CONTROL_PARAMS)[M]>
 
+/** The pid recorded in `<home>/layerd.pid`, or undefined (no file, not a pid). Sync; says nothing about liveness. */
+export function readDaemonPid (home: string): number | undefined {
+  let text: string
+  try { text = readFileSync(pidFilePath(home), 'utf8') } catch { return undefined }
+  const pid = Number(text.trim())
+  return Number.isSafeInteger(pid) && pid > 0 ? pid : undefined
+}
+
+/**
+ * The chunk cache's counters as they cross the socket (src/cache's
+ * ChunkCacheStats, which the daemon's handlers must satisfy). `capBytes` is
+ * null when uncapped (JSON has no Infinity).
+ */
+export interface CacheCounters {
+  bytes: number
+  chunks: number
+  metaBytes: number
+  metaObjects: number
+  pinned: number
+  hits: number
+  misses: number
+  evictions: number
+  rejected: number
+  writeErrors: number
+  capBytes: number | null
+  diskBytes: number
+}
+
+/** What a prefetch that was waited for did (src/cache's PrefetchResult). */
+export interface PrefetchCounts { requested: number, cached: number, fetched: number, failed: number }
+
 export interface PingResult { pid: number, home: string, startedAt: string }
 /** Node-wide counters (`stats` without a mountpoint). */
 export interface NodeStats {
-  cache: ChunkCacheStats
+  cache: CacheCounters
   fetch: { fetchedBytes: number, fetches: number, corruptChunks: number, storeErrors: number }
   mounts: number
   /** This daemon: its pid, and errors nobody awaited (logged with their stack; process-guards.ts). */
   daemon: { pid: number, unhandledRejections: number }
 }
 /** One mount's counters (`stats` with a mountpoint). */
-export type MountStatsResult = MountStats & { cache: ChunkCacheStats }
-export type PrefetchAnswer = { chunks: number, traced: number } & ({ started: true } | PrefetchResult)
+export type MountStatsResult = MountStats & { cache: CacheCounters }
+export type PrefetchAnswer = { chunks: number, traced: number } & ({ started: true } | PrefetchCounts)
 export interface PullResult { manifest: string, layers: number, metadataBytes: number, chunks: number, fetchedBytes: number, failed: number }
 export interface ExportResult { manifest: string, entries: number, contentBytes: number, fetchedBytes: number }
 type Empty = Record<string, never>
@@ -126,4 +164,36 @@ export type ControlResponse = { id: number, result: unknown } | { id: number | n
 /** Whether `name` is a method of the map (own keys only: `__proto__`, `toString`, … are not). */
 export function isControlMethod (name: string): name is ControlMethod {
   return Object.hasOwn(CONTROL_PARAMS, name)
+}
+
+/** What a sandbox needs to run an image: its read-only root and its config. */
+export interface SharedImage { mountpoint: string, manifest: string, config: OciImageConfig, mountMs: number }
+
+export interface MountInfo {
+  mountpoint: string
+  image: string
+  manifest: string
+  store: string
+  mountedAt: string
+  /** Milliseconds from request to a served mount. */
+  mountMs: number
+}
+
+export interface MountStats extends ImageMountStats {
+  mountpoint: string
+  image: string
+  fetches: number
+  prefetchedChunks: number
+  storeErrors: number
+}
+
+/** The result of `blockView`: an image's block view, mounted. */
+export interface BlockViewInfo {
+  /** The raw ext4 file, on a layerd mount. */
+  path: string
+  /** The image's manifest and config (the VM runs the image's config, not the block view's). */
+  manifest: Digest
+  config: OciImageConfig
+  /** Milliseconds spent building and pushing it (0 when it was in the store). */
+  buildMs: number
 }

@@ -18,8 +18,7 @@ import { fileURLToPath } from 'node:url'
 import { DaemonUnavailableError } from '../errors.js'
 import { ensureHomeDir } from '../state/node-db.js'
 import { ControlClient } from './control-client.js'
-import { socketPath } from './control-protocol.js'
-import { readDaemonPid } from './home-lock.js'
+import { readDaemonPid, socketPath } from './control-protocol.js'
 
 export const DAEMON_START_TIMEOUT_MS = 15_000
 const POLL_MS = 50

@@ -8,9 +8,9 @@ import { spawn } from 'node:child_process'
 import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
-import { pidFilePath, socketPath } from './control-protocol.js'
+import { pidFilePath, readDaemonPid, socketPath } from './control-protocol.js'
 import { DAEMON_ENTRY } from './daemon-launcher.js'
-import { AlreadyRunningError, HomeLock, readDaemonPid } from './home-lock.js'
+import { AlreadyRunningError, HomeLock } from './home-lock.js'
 import { LAYERD_EXIT } from './layerd-daemon.js'
 
 const CONCURRENT_STARTS = 8

@@ -16,11 +16,11 @@
  *
  * May import: src/errors.ts, src/native.ts, this folder.
  */
-import { closeSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { closeSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { LayerdError } from '../errors.js'
 import { flock, LOCK_EX, LOCK_NB, LOCK_UN } from '../native.js'
-import { pidFilePath } from './control-protocol.js'
+import { pidFilePath, readDaemonPid } from './control-protocol.js'
 
 export const LOCK_FILE_NAME = 'layerd.lock'
 const LOCK_POLL_MS = 20
@@ -87,12 +87,4 @@ export class HomeLock {
     try { flock(fd, LOCK_UN) } catch {}
     try { closeSync(fd) } catch {}
   }
-}
-
-/** The pid recorded in `<home>/layerd.pid`, or undefined (no file, not a pid). Sync; says nothing about liveness. */
-export function readDaemonPid (home: string): number | undefined {
-  let text: string
-  try { text = readFileSync(pidFilePath(home), 'utf8') } catch { return undefined }
-  const pid = Number(text.trim())
-  return Number.isSafeInteger(pid) && pid > 0 ? pid : undefined
 }

@@ -27,8 +27,6 @@ import {
 import { MountManager, allChunks } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
 import { StorePool } from './store-pool.js'
-import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
-import { SandboxRegistry } from '../runtime/sandbox-registry.js'
 
 export interface DaemonConfig {
   home: string
@@ -39,6 +37,13 @@ export interface DaemonConfig {
   log: (line: string) => void
   /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
   lockWaitMs?: number
+  /**
+   * Node upkeep that runs once per start, after the mounts are recovered and
+   * before the socket listens; a failure is logged, never fatal. layerd/main.ts
+   * passes the removal of sandboxes left by crashed callers (src/runtime/),
+   * which the daemon itself knows nothing of.
+   */
+  sweepAtStart?: (db: NodeDb, log: (line: string) => void) => Promise<void>
 }
 
 /**
@@ -82,8 +87,7 @@ export class LayerdDaemon {
       this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
       const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
-      const orphans = await removeOrphanedSandboxes(this.#db, log)
-      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
+      await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
@@ -164,14 +168,4 @@ export class LayerdDaemon {
     const result = await exportImage(image, fetcher, target)
     return { manifest: image.digest, ...result, fetchedBytes: fetcher.stats.fetchedBytes - before }
   }
-}
-
-/** Sandboxes whose owning process is gone and that were not kept. Never throws. */
-async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<number> {
-  const registry = new SandboxRegistry(db)
-  let removed = 0
-  for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
-    try { await cleanupSandbox(r); registry.remove(r.id); removed++ } catch (err) { log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
-  }
-  return removed
 }
