@@ -78,3 +78,15 @@ export function describeError (err: unknown): string {
   if (err instanceof Error) return err.message.split('\n')[0] ?? String(err)
   return String(err)
 }
+
+/** A container registry could not be reached, or answered with an error (after the retries). The message names the registry and the object. */
+export class RegistryError extends LayerdError {
+  static readonly code = 'ERR_REGISTRY'
+  constructor (message: string, options?: { cause?: unknown }) { super(RegistryError.code, message, options) }
+}
+
+/** A container registry refused the credentials, or wants credentials none were given for. */
+export class RegistryAuthError extends LayerdError {
+  static readonly code = 'ERR_REGISTRY_AUTH'
+  constructor (message: string, options?: { cause?: unknown }) { super(RegistryAuthError.code, message, options) }
+}
