@@ -9,6 +9,7 @@
  * | manifests/<hex>              | zstd(image manifest), addressed by sha256   |
  * | refs/<urlencoded name>/<tag> | ref record (JSON): current + history        |
  * | layer-by-diff/<diff_id hex>  | the TOC digest of a layer pushed from a tar with that diff_id (a hint: verified on use) |
+ * | layer-by-blob/<digest hex>   | the TOC digest of a layer pushed from a stored (compressed) blob with that digest, e.g. a registry layer (a hint: verified on use) |
  * | block-views/<manifest hex>   | the digest of that image's block-view manifest (src/daemon/block-views.ts) |
  * | gc/leases/<id>               | a writer's lease: gc waits for it (src/store/store-leases.ts) |
  * | gc/condemned/<gc id>         | the objects a running gc is about to delete |
@@ -24,6 +25,7 @@ export const LAYERS_PREFIX = 'layers/'
 export const MANIFESTS_PREFIX = 'manifests/'
 export const REFS_PREFIX = 'refs/'
 export const LAYER_BY_DIFF_PREFIX = 'layer-by-diff/'
+export const LAYER_BY_BLOB_PREFIX = 'layer-by-blob/'
 export const BLOCK_VIEWS_PREFIX = 'block-views/'
 /** Hints (`layer-by-diff/`, `layer-by-blob/`, …): every key under a prefix starting with this names a TOC digest. */
 export const LAYER_HINT_PREFIX = 'layer-by-'
@@ -38,6 +40,8 @@ export const blobIndexKey = (hex: string): string => BLOB_INDEX_PREFIX + hex
 export const layerKey = (hex: string): string => LAYERS_PREFIX + hex
 export const manifestKey = (hex: string): string => MANIFESTS_PREFIX + hex
 export const layerByDiffKey = (diffHex: string): string => LAYER_BY_DIFF_PREFIX + diffHex
+/** Key of the hint for the layer whose stored blob (OCI descriptor digest: compressed bytes) has this sha256 hex. */
+export const layerByBlobKey = (blobHex: string): string => LAYER_BY_BLOB_PREFIX + blobHex
 export const refKey = (ref: ImageRef): string => `${REFS_PREFIX}${encodeURIComponent(ref.name)}/${ref.tag}`
 
 /** Inverse of refKey for listings; undefined for keys that are not refs. */

@@ -17,7 +17,7 @@ import zstd from 'zstd-napi/binding.js'
 import { BadInputError } from '../errors.js'
 import { chunkBuffer, FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 import { sha256Hex } from '../format/digest.js'
-import { openSqlite } from '../state/node-db.js'
+import { openStoredChunkLookup } from '../state/chunk-index-table.js'
 import { bestCdcScanner } from './native-cdc-scanner.js'
 import { readExactFile } from './sources/exact-file.js'
 
@@ -80,15 +80,7 @@ export class FileChunker {
     this.#params = params
     this.#whole = new FastCdcChunker(params.cdc, this.#scanner)
     if (params.dedup !== undefined) {
-      const db = openSqlite(params.dedup.dbPath, { readonly: true, fileMustExist: true })
-      const lookup = db.prepare('SELECT blob FROM chunk_index WHERE store = ? AND digest = ?').pluck()
-      const store = params.dedup.storeUrl
-      // The same answer as ChunkIndex.lookup(): blobs a running gc condemned do not count.
-      const excluded = new Set(params.dedup.excludeBlobs ?? [])
-      this.#isStored = digest => {
-        const blob = lookup.get(store, digest) as string | undefined
-        return blob !== undefined && !excluded.has(blob)
-      }
+      this.#isStored = openStoredChunkLookup(params.dedup.dbPath, params.dedup.storeUrl, params.dedup.excludeBlobs)
     }
   }
 

@@ -62,12 +62,8 @@ async function gcStoreCommand (ctx: CommandContext, values: Record<string, unkno
 }
 
 async function gcNodeCommand (ctx: CommandContext): Promise<number> {
-  const { daemonFor } = await import('../daemon-client.js')
-  const r = await (await daemonFor(ctx)).call<Record<string, number>>('gcNode', {})
-  const sandboxes = await collectSandboxes(ctx)
-  const result = { ...r, sandboxes: sandboxes.length }
-  ctx.out(ctx.json ? JSON.stringify(result) : Object.entries(result).map(([k, v]) => `${k}: ${v}`).join(', '))
-  return 0
+  const { UnsupportedError } = await import('../../errors.js')
+  throw new UnsupportedError('gc node is not implemented yet: use `layerctl gc sandboxes` for dead sandboxes')
 }
 
 export const dfCommand: Command = {
@@ -91,26 +87,47 @@ export const dfCommand: Command = {
     ctx.out(`  dedup: live images hold ${formatBytes(d.referencedPlainBytes)} of files in ${formatBytes(d.distinctPlainBytes)} of distinct chunks (${d.dedupRatio.toFixed(2)}x), stored as ${formatBytes(d.storedBlobBytes)} (${d.savingRatio.toFixed(2)}x)`)
     ctx.out(`  dead chunk bytes inside live blobs: ${formatBytes(store.deadBytesInLiveBlobs)} (${store.blobsOverHalfDead} blob(s) over half dead)`)
     if (node === undefined) { ctx.out('node: layerd is not running (no cache, mount or sandbox figures)'); return 0 }
-    ctx.out(`node ${ctx.settings.home}: chunk cache ${formatBytes(node.cache.bytes)} of ${formatBytes(node.cache.capBytes)} (watermarks ${formatBytes(node.cache.lowWatermarkBytes)}–${formatBytes(node.cache.highWatermarkBytes)}), ` +
+    const cap = node.cache.capBytes === null ? 'no cap' : `of ${formatBytes(node.cache.capBytes)} (reclaim from ${formatBytes(node.cache.highWatermarkBytes!)} down to ${formatBytes(node.cache.lowWatermarkBytes!)})`
+    ctx.out(`node ${ctx.settings.home}: chunk cache ${formatBytes(node.cache.bytes)} ${cap}, ` +
       `${node.mounts} mount(s), ${node.sandboxes.count} sandbox(es) using ${formatBytes(node.sandboxes.diskBytes)}`)
     return 0
   }
 }
 
 export interface NodeUsage {
-  cache: { bytes: number, capBytes: number, highWatermarkBytes: number, lowWatermarkBytes: number, entries: number }
+  cache: { bytes: number, capBytes: number | null, highWatermarkBytes: number | null, lowWatermarkBytes: number | null, chunks: number, metaBytes: number }
   mounts: number
   sandboxes: { count: number, diskBytes: number }
 }
 
-/** The running daemon's figures, or undefined when none runs (df does not start one). */
+/** The node's figures: the running daemon's cache and mounts (df does not start one), and the sandboxes' disk. */
 async function nodeUsage (ctx: CommandContext): Promise<NodeUsage | undefined> {
-  const { connectDaemon } = await import('../../daemon/daemon-launcher.js')
+  const [{ connectDaemon }, { DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK }, { SandboxRegistry }, { diskUsage }] = await Promise.all([
+    import('../../daemon/daemon-launcher.js'), import('../../cache/cache-quota.js'), import('../../runtime/sandbox-registry.js'), import('../disk-usage.js')
+  ])
   let client
   try { client = await connectDaemon({ home: ctx.settings.home, autoStart: false }) } catch { return undefined }
+  let stats
   try {
-    return await client.call<NodeUsage>('df', {})
+    stats = await client.call('stats', {})
   } finally {
-    await client.close()
+    client.close()
+  }
+  if (!('mounts' in stats) || typeof stats.mounts !== 'number') return undefined
+  const sandboxes = new SandboxRegistry(ctx.db()).list()
+  let diskBytes = 0
+  for (const r of sandboxes) diskBytes += await diskUsage(r.stateDir)
+  const cap = stats.cache.capBytes
+  return {
+    cache: {
+      bytes: stats.cache.bytes,
+      capBytes: cap,
+      highWatermarkBytes: cap === null ? null : Math.floor(cap * DEFAULT_HIGH_WATERMARK),
+      lowWatermarkBytes: cap === null ? null : Math.floor(cap * DEFAULT_LOW_WATERMARK),
+      chunks: stats.cache.chunks,
+      metaBytes: stats.cache.metaBytes
+    },
+    mounts: stats.mounts,
+    sandboxes: { count: sandboxes.length, diskBytes }
   }
 }

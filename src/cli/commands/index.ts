@@ -7,6 +7,7 @@ import { exportCommand, pullCommand } from './pull.js'
 import { pushCommand } from './push.js'
 import { commitCommand, psCommand, runCommand } from './sandboxes.js'
 import { dfCommand, gcCommand } from './gc.js'
+import { containerdCommand } from './containerd.js'
 
 export const commands: Command[] = [
   pushCommand,
@@ -27,5 +28,6 @@ export const commands: Command[] = [
   psCommand,
   commitCommand,
   gcCommand,
-  dfCommand
+  dfCommand,
+  containerdCommand
 ]
