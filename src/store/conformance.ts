@@ -120,7 +120,7 @@ export function runObjectStoreConformance (t: Test, makeStore: () => Promise<Sto
     await store.put('ow/k', Buffer.from('a much longer first value'))
     await store.put('ow/k', Buffer.from('short'))
     t.equal((await store.get('ow/k')).toString(), 'short')
-    t.same(await store.stat('ow/k'), { size: 5 })
+    t.equal((await store.stat('ow/k'))?.size, 5)
     await store.put('ow/k', Buffer.from('longer than short'))
     t.equal((await store.get('ow/k')).toString(), 'longer than short')
     t.equal((await store.getRange('ow/k', 7, 4)).toString(), 'than')
@@ -231,7 +231,7 @@ export function runObjectStoreConformance (t: Test, makeStore: () => Promise<Sto
     for (const key of UNUSUAL_KEYS) await store.put(key, Buffer.from(`value of ${key}`))
     for (const key of UNUSUAL_KEYS) {
       t.equal((await store.get(key)).toString(), `value of ${key}`, key)
-      t.same(await store.stat(key), { size: Buffer.byteLength(`value of ${key}`) })
+      t.equal((await store.stat(key))?.size, Buffer.byteLength(`value of ${key}`))
     }
     t.same(await collect(store.list('odd/')), [...UNUSUAL_KEYS].sort())
     t.same(await collect(store.list('odd/refs/docker.io%2F')), [UNUSUAL_KEYS[0]], 'an encoded slash is not a separator')

@@ -58,5 +58,5 @@ t.test('openStore() of an s3:// URL talks to the endpoint with credentials from 
   t.teardown(async () => { await store.close(); await s3.stop() })
   await store.put('refs/x/latest', Buffer.from('manifest'))
   t.equal((await store.get('refs/x/latest')).toString(), 'manifest')
-  t.same(await store.stat('refs/x/latest'), { size: 8 })
+  t.equal((await store.stat('refs/x/latest'))?.size, 8)
 })
