@@ -6,6 +6,11 @@
  * then serve until SIGTERM.
  *
  *   layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]
+ *          [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]
+ *
+ * --metrics-addr (env LAYERD_METRICS_ADDR) serves Prometheus metrics on
+ * GET /metrics (src/metrics/); off unless set. LAYERD_LOG_FORMAT and
+ * LAYERD_LOG_LEVEL are the defaults of the two log flags.
  *
  * Without --foreground it starts itself in the background and returns once
  * the control socket answers. Exit codes: see LAYERD_EXIT.
@@ -18,6 +23,9 @@ import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
+import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
+import { parseMetricsAddr } from '../src/metrics/daemon-metrics.js'
+import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
 import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
 
 const DEFAULT_CACHE_SIZE = '10G'
@@ -31,15 +39,18 @@ async function main (): Promise<number> {
         'cache-size': { type: 'string' },
         'no-restore': { type: 'boolean' },
         foreground: { type: 'boolean' },
+        'metrics-addr': { type: 'string' },
+        'log-format': { type: 'string' },
+        'log-level': { type: 'string' },
         help: { type: 'boolean', short: 'h' }
       }
     }))
   } catch (err) {
-    console.error(`layerd: ${describeError(err)}; usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]`)
+    console.error(`layerd: ${describeError(err)}; usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]`)
     return LAYERD_EXIT.USAGE
   }
   if (values.help === true) {
-    console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]')
+    console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]')
     return LAYERD_EXIT.OK
   }
   const { home } = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
@@ -49,15 +60,26 @@ async function main (): Promise<number> {
     console.error(`layerd: invalid --cache-size ${JSON.stringify(cacheSizeFlag)}: use a size such as 20G, or unlimited`)
     return LAYERD_EXIT.USAGE
   }
+  const metricsAddr = values['metrics-addr'] ?? (process.env.LAYERD_METRICS_ADDR === '' ? undefined : process.env.LAYERD_METRICS_ADDR)
+  let log: Logger
+  try {
+    if (metricsAddr !== undefined) parseMetricsAddr(metricsAddr)
+    log = createLogger(parseLogFormat(values['log-format'] ?? process.env.LAYERD_LOG_FORMAT ?? 'text'), parseLogLevel(values['log-level'] ?? process.env.LAYERD_LOG_LEVEL ?? 'info'))
+  } catch (err) {
+    console.error(`layerd: ${describeError(err)}`)
+    return LAYERD_EXIT.USAGE
+  }
   if (values.foreground !== true) {
-    const args = ['--cache-size', cacheSizeFlag, ...(values['no-restore'] === true ? ['--no-restore'] : [])]
+    const args = ['--cache-size', cacheSizeFlag, ...(values['no-restore'] === true ? ['--no-restore'] : []),
+      ...(metricsAddr === undefined ? [] : ['--metrics-addr', metricsAddr]),
+      ...(values['log-format'] === undefined ? [] : ['--log-format', values['log-format']]),
+      ...(values['log-level'] === undefined ? [] : ['--log-level', values['log-level']])]
     const client = await connectDaemon({ home, args })
     const info = await client.call('ping')
     client.close()
     console.log(`layerd running (pid ${info.pid}) for ${home}`)
     return LAYERD_EXIT.OK
   }
-  const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
   const settings = resolveSettings({ home })
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
@@ -66,6 +88,8 @@ async function main (): Promise<number> {
     cacheBytes,
     restoreMounts: values['no-restore'] !== true,
     log,
+    ...(metricsAddr === undefined ? {} : { metricsAddr }),
+    sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),
     services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
     sweepAtStart: async (db, log) => {
       const orphans = await removeOrphanedSandboxes(db, log)

@@ -22,11 +22,12 @@ import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
 import { unhandledRejectionCount } from './process-guards.js'
 import {
-  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type PullResult
+  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type NodeStats, type PullResult
 } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
 import { StorePool } from './store-pool.js'
+import { createDaemonRegistry, serveMetrics } from '../metrics/daemon-metrics.js'
 
 export interface DaemonConfig {
   home: string
@@ -51,6 +52,10 @@ export interface DaemonConfig {
    * daemon's start.
    */
   services?: Array<(parts: DaemonParts) => Promise<DaemonService>>
+  /** `HOST:PORT` to serve Prometheus metrics on (src/metrics/); off when undefined. */
+  metricsAddr?: string
+  /** Sandboxes on the node by tier and state, for `layerd_sandboxes` (layerd/main.ts passes src/runtime's registry). */
+  sandboxStates?: (db: NodeDb) => Array<{ tier: string, state: string }>
 }
 
 /** What a service gets from the daemon: the node's database, mounts and stores. */
@@ -77,6 +82,7 @@ export class LayerdDaemon {
   #server: ControlServer | undefined
   readonly #services: DaemonService[] = []
   #lock: HomeLock | undefined
+  #metrics: { port: number, close: () => Promise<void> } | undefined
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
 
@@ -103,6 +109,11 @@ export class LayerdDaemon {
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
+      if (this.config.metricsAddr !== undefined) {
+        const db = this.#db
+        const registry = createDaemonRegistry({ nodeStats: () => this.#nodeStats(), sandboxes: () => this.config.sandboxStates?.(db) ?? [] })
+        this.#metrics = await serveMetrics(registry, this.config.metricsAddr, log)
+      }
       for (const start of this.config.services ?? []) {
         this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
       }
@@ -116,6 +127,7 @@ export class LayerdDaemon {
   async stop (): Promise<void> {
     this.#stopping ??= (async () => {
       await this.#server?.close()
+      await this.#metrics?.close()
       for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
@@ -138,7 +150,7 @@ export class LayerdDaemon {
       image: async p => await mounts.shared(p),
       blockView: async p => await this.#blockViews!.ensure(p),
       stats: async p => p.mountpoint === undefined
-        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount() } }
+        ? this.#nodeStats()
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
       prefetch: async p => {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
@@ -157,6 +169,14 @@ export class LayerdDaemon {
       }
     }
   }
+
+  /** Node-wide figures: what `stats` without a mountpoint answers, and what /metrics reads. */
+  #nodeStats (): NodeStats {
+    return { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: this.#mounts!.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount() } }
+  }
+
+  /** The metrics server's port (0-port configs bind an ephemeral one), or undefined when off. */
+  get metricsPort (): number | undefined { return this.#metrics?.port }
 
   async #pull (p: ControlParams<'pull'>): Promise<PullResult> {
     const { store, fetcher } = this.#stores!.get(p)

@@ -37,6 +37,7 @@ export class StorePool {
     if (pooled === undefined) {
       const store = openStore(loc.store, {
         retry: { deadlineMs: READ_RETRY_DEADLINE_MS },
+        metered: true,
         ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint })
       })
       pooled = { store, fetcher: new ChunkFetcher(store, this.#cache, { log: this.#log }) }

@@ -15,6 +15,7 @@
  *
  * May import: src/errors.ts, src/format/.
  */
+import { fuseReads } from '../metrics/counters.js'
 import { resolveChunk, type ChunkRef, type LayerToc } from '../format/toc.js'
 import type { MergedInode } from '../format/merge.js'
 
@@ -82,6 +83,27 @@ export class FileReader {
    * the reader's errors; `out` is written until it settles.
    */
   read (inode: MergedInode, position: number, length: number, out: Buffer): number | Promise<number> {
+    // Plain counters only (src/metrics/counters.ts); /metrics reads them at scrape time.
+    const started = performance.now()
+    fuseReads.requests++
+    const result = this.#read(inode, position, length, out)
+    if (typeof result === 'number') {
+      fuseReads.bytes += result
+      fuseReads.duration.observe((performance.now() - started) / 1000)
+      return result
+    }
+    return result.then(n => {
+      fuseReads.bytes += n
+      fuseReads.duration.observe((performance.now() - started) / 1000)
+      return n
+    }, (err: unknown) => {
+      fuseReads.errors++
+      fuseReads.duration.observe((performance.now() - started) / 1000)
+      throw err
+    })
+  }
+
+  #read (inode: MergedInode, position: number, length: number, out: Buffer): number | Promise<number> {
     const entry = inode.entry
     const end = Math.min(entry.size, position + length)
     if (position >= end) return 0

@@ -80,6 +80,7 @@ t.test('gc under fire: 20 rounds of gc store --grace 0, 4 pushers, a mount that 
   const kept: Array<{ ref: string, tar: string }> = []
   let pushed = 0
   let started = 0
+  let waiting = 0
   const failures: string[] = []
   const pusher = async (p: number): Promise<void> => {
     const db = openNodeDb(join(work, `pusher-${p}`))
@@ -98,7 +99,9 @@ t.test('gc under fire: 20 rounds of gc store --grace 0, 4 pushers, a mount that 
           // The kept push starts once a gc round that sees the scratch image as garbage has begun:
           // it then dedups against a blob that gc has condemned, or is about to.
           const round = started
+          waiting++
           while (!gcDone && started === round) await sleep(10)
+          waiting--
           await pushImage(tar, parseRef(ref), opts)
           kept.push({ ref, tar })
           pushed++
@@ -116,9 +119,10 @@ t.test('gc under fire: 20 rounds of gc store --grace 0, 4 pushers, a mount that 
 
   try {
     for (let round = 0; round < GC_ROUNDS; round++) {
-      // Each round starts once some push has landed since the last one, so every round races live pushes.
+      // Each round starts once a push has landed since the last one, or a pusher waits for a round
+      // (its scratch image is garbage now), so every round races live pushes.
       const seen = pushed
-      while (round > 0 && pushed === seen && failures.length === 0) await sleep(20)
+      while (round > 0 && pushed === seen && waiting === 0 && failures.length === 0) await sleep(20)
       started++
       results.push(await gcStore(store, { graceMs: 0 }))
       if (process.env.GC_FIRE_DEBUG !== undefined) console.error(`gc round ${round}: ${JSON.stringify(results.at(-1))}`)

@@ -46,7 +46,9 @@ async function rebaseLeased (store: Store, lease: StoreLease, ref: ImageRef, ont
   const layers = image.manifest.layers.map(l => l.digest)
   let oldBase: ImageManifest | undefined
   for (const version of record.history) {
-    const m = await getManifest(store, version.manifest)
+    // `gc store --keep-history N` collects older versions but leaves them listed: skip those.
+    const m = await getManifest(store, version.manifest).catch((err: unknown) => { if (err instanceof NotFoundError) return undefined; throw err })
+    if (m === undefined) continue
     if (m.layers.length <= layers.length && m.layers.every((l, i) => l.digest === layers[i]) &&
       (oldBase === undefined || m.layers.length > oldBase.layers.length)) oldBase = m
   }

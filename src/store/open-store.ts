@@ -15,6 +15,7 @@ import { UsageError } from '../errors.js'
 import { FsObjectStore, type FsObjectStoreOptions } from './fs-object-store.js'
 import { objectKeyProblem } from './object-key.js'
 import type { ObjectStore } from './object-store.js'
+import { MeteredObjectStore } from './metered-object-store.js'
 import { RetryingObjectStore, type RetryOptions } from './retrying-object-store.js'
 import { S3ObjectStore, type S3ObjectStoreOptions } from './s3-object-store.js'
 
@@ -27,6 +28,8 @@ export interface OpenStoreOptions {
   retry?: RetryOptions | false
   /** Timeouts, credentials and the like for an s3:// store. */
   s3?: Omit<S3ObjectStoreOptions, 'bucket' | 'prefix' | 'endpoint'>
+  /** Count each backend request in the process's metrics (src/metrics/counters.ts); the daemon sets it. */
+  metered?: boolean
   /** Options for a file:// store. */
   fs?: FsObjectStoreOptions
 }
@@ -81,6 +84,7 @@ export function openStore (url: string, options: OpenStoreOptions = {}): ObjectS
     const endpoint = options.s3Endpoint === undefined || options.s3Endpoint === '' ? undefined : checkEndpoint(options.s3Endpoint)
     backend = new S3ObjectStore({ ...options.s3, bucket: parsed.bucket, prefix: parsed.prefix, ...(endpoint !== undefined ? { endpoint } : {}) })
   }
+  if (options.metered === true) backend = new MeteredObjectStore(backend)
   return options.retry === false ? backend : new RetryingObjectStore(backend, options.retry)
 }
 
