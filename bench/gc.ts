@@ -38,7 +38,7 @@ const remove = Number(arg('remove', String(Math.floor(versions / 2))))
 const backends = arg('backends', 'fs,s3').split(',')
 const KIB = 1024
 
-interface Row { backend: string, objects: number, storeMB: number, dryRunS: number, gcS: number, objectsPerS: number, deleted: number, deletedPerS: number, freedMB: number, deadMB: number, liveBlobMB: number, pushS: number }
+interface Row { backend: string, objects: number, storeMB: number, dryRunS: number, gcS: number, objectsPerS: number, deleted: number, deletedPerS: number, freedMB: number, deadMB: number, liveBlobMB: number, overHalfDead: number, pushS: number }
 
 async function fillStore (store: ObjectStore, work: string): Promise<number> {
   const db = openNodeDb(join(work, 'node'))
@@ -92,6 +92,7 @@ async function runBackend (backend: string): Promise<Row> {
       freedMB: real.deletedBytes / MB,
       deadMB: after.deadBytesInLiveBlobs / MB,
       liveBlobMB: after.dedup.storedBlobBytes / MB,
+      overHalfDead: after.blobsOverHalfDead,
       pushS
     }
   } finally {
@@ -106,9 +107,9 @@ for (const b of backends) rows.push(await runBackend(b))
 const lines = [
   `# gc store: ${versions} versions, oldest ${remove} removed, --grace 0 (load average at start: ${load})`,
   '',
-  '| backend | objects | store MB | dry run s | gc s | objects/s (listed+marked) | deleted | deleted/s | freed MB | dead MB in kept blobs | kept blob MB |',
-  '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
-  ...rows.map(r => `| ${r.backend} | ${r.objects} | ${fmt(r.storeMB)} | ${fmt(r.dryRunS)} | ${fmt(r.gcS)} | ${fmt(r.objectsPerS, 0)} | ${r.deleted} | ${fmt(r.deletedPerS, 0)} | ${fmt(r.freedMB)} | ${fmt(r.deadMB, 3)} | ${fmt(r.liveBlobMB)} |`),
+  '| backend | objects | store MB | dry run s | gc s | objects/s (listed+marked) | deleted | deleted/s | freed MB | dead MB in kept blobs | kept blob MB | blobs over half dead |',
+  '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ...rows.map(r => `| ${r.backend} | ${r.objects} | ${fmt(r.storeMB)} | ${fmt(r.dryRunS)} | ${fmt(r.gcS)} | ${fmt(r.objectsPerS, 0)} | ${r.deleted} | ${fmt(r.deletedPerS, 0)} | ${fmt(r.freedMB)} | ${fmt(r.deadMB, 3)} | ${fmt(r.liveBlobMB)} | ${r.overHalfDead} |`),
   '',
   `Reproduce: node dist/bench/gc.js --versions ${versions} --remove ${remove} --backends ${backends.join(',')}`
 ]
