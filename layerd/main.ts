@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=1
 /**
  * layerd: the node daemon. A thin composition root: flags, then the daemon
  * object graph (src/daemon/layerd-daemon.ts), then serve until SIGTERM.
@@ -14,6 +14,10 @@ import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
+import { nativeMemory } from '../src/native.js'
+
+/** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
+const MALLOC_ARENAS = 2
 
 const DEFAULT_CACHE_SIZE = '10G'
 
@@ -53,6 +57,7 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.OK
   }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
+  try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   const daemon = new LayerdDaemon({ home, cacheBytes, restoreMounts: values['no-restore'] !== true, log })
   try {
     await daemon.start()

@@ -5,8 +5,8 @@ import { join } from 'node:path'
 import { execFileSync } from 'node:child_process'
 import { lgetxattr, llistxattr, lsetxattr, mknod, nativeVersion, readXattrs, XATTR_CREATE } from './native.js'
 
-t.test('nativeVersion() reports the xattr/mknod/FUSE server/FastCDC interface', async t => {
-  t.equal(nativeVersion(), 4)
+t.test('nativeVersion() reports the xattr/mknod/FUSE server/FastCDC/memory interface', async t => {
+  t.equal(nativeVersion(), 5)
 })
 
 t.test('lsetxattr()/lgetxattr()/llistxattr() round-trip binary values without following symlinks', async t => {

@@ -20,6 +20,13 @@ const POLL_MS = 50
 
 /** The compiled daemon entry (dist/layerd/main.js), found relative to this module (dist/src/daemon/). */
 export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))
+/**
+ * Node flags of the daemon (also in layerd/main.ts's `#!` line). A 1 MiB
+ * semi-space caps V8's young generation at ~3 MiB instead of growing it to
+ * 48 MiB after a burst of allocation (the daemon's V8 heap: 51 → 20 MB
+ * committed with one image mounted; bench/README.md, "Daemon memory").
+ */
+export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1']
 
 export interface DaemonOptions {
   home: string
@@ -61,7 +68,7 @@ function startDaemon (opts: DaemonOptions): void {
   ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
-    const child = spawn(process.execPath, [DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])], {
+    const child = spawn(process.execPath, [...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])], {
       detached: true,
       stdio: ['ignore', logFd, logFd]
     })

@@ -15,14 +15,17 @@ import { join } from 'node:path'
 import { LayerdError, UsageError } from '../errors.js'
 import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
-import { exportImage, type ExportTarget } from '../materialize/export-image.js'
+import type { ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { pidFilePath, socketPath } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
-import { BlockViews } from './block-views.js'
+import type { BlockViews } from './block-views.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
 import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
+import { readDaemonMemory } from './memory-report.js'
+import { MemorySettler } from './memory-settler.js'
+import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { SandboxRegistry } from '../runtime/sandbox-registry.js'
 
 export interface DaemonConfig {
@@ -51,8 +54,9 @@ export class LayerdDaemon {
   #cache: LmdbChunkCache | undefined
   #stores: StorePool | undefined
   #mounts: MountManager | undefined
-  #blockViews: BlockViews | undefined
+  #blockViews: Promise<BlockViews> | undefined
   #server: ControlServer | undefined
+  #settler: MemorySettler | undefined
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
 
@@ -71,7 +75,14 @@ export class LayerdDaemon {
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'))
-      this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
+      const cache = this.#cache
+      this.#settler = new MemorySettler({
+        activity: () => { const s = cache.stats(); return s.hits + s.misses },
+        mappedFiles: () => [cache.mapFile],
+        log
+      })
+      this.#settler.onRelease(() => cache.releaseMemory())
+      this.#settler.onRelease(() => releaseReadBuffers())
       const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
       const orphans = await removeOrphanedSandboxes(this.#db, log)
@@ -89,6 +100,7 @@ export class LayerdDaemon {
   async stop (): Promise<void> {
     this.#stopping ??= (async () => {
       await this.#server?.close()
+      this.#settler?.close()
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
@@ -107,13 +119,17 @@ export class LayerdDaemon {
       umount: async (p: { mountpoint: string }) => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
       image: async p => await mounts.shared(p),
-      blockView: async p => await this.#blockViews!.ensure(p),
+      blockView: async p => await (await this.#loadBlockViews()).ensure(p),
       stats: async (p: { mountpoint?: string }) => p.mountpoint === undefined
-        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length }
+        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, memory: { ...readDaemonMemory(), settle: this.#settler!.stats } }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
       prefetch: async (p: { mountpoint: string, wait?: boolean }) => {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
         return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
+      },
+      memory: async (p: { settle?: boolean }) => {
+        if (p.settle === true) await this.#settler!.settle()
+        return { ...readDaemonMemory(), settle: this.#settler!.stats }
       },
       pull: async (p: PullParams) => await this.#pull(p),
       export: async (p: ExportParams) => await this.#export(p),
@@ -142,8 +158,18 @@ export class LayerdDaemon {
     const { store, fetcher } = this.#stores!.get(p)
     const image = await loadImage(store, p.image, { cache: this.#cache! })
     const before = fetcher.stats.fetchedBytes
-    const result = await exportImage(image, fetcher, target)
+    // Loaded on first use, like the block views: an idle daemon holds none of the export code (issue 14).
+    const { exportImage } = await import('../materialize/export-image.js')
+    let result
+    try { result = await exportImage(image, fetcher, target) } finally { this.#settler!.touch() }
     return { manifest: image.digest, ...result, fetchedBytes: fetcher.stats.fetchedBytes - before }
+  }
+
+  /** The block views, their module (ext4 builder, push) loaded on first use. */
+  async #loadBlockViews (): Promise<BlockViews> {
+    this.#blockViews ??= import('./block-views.js').then(({ BlockViews }) =>
+      new BlockViews(this.#mounts!, this.#stores!, this.#cache!, this.#db!, join(this.config.home, 'tmp'), this.config.log))
+    return await this.#blockViews
   }
 
   #takePidFile (): void {
