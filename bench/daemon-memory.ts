@@ -160,7 +160,7 @@ async function oneRun (work: string, storeUrl: string, build: Build, mode: Mode,
       await mkdir(mnts[i]!)
       await ok(node, 'mount', imageName(i), mnts[i]!)
     } else {
-      mnts[i] = (await client.call<{ mountpoint: string }>('image', { image: imageName(i), store: storeUrl })).mountpoint
+      mnts[i] = (await client.call('image', { image: imageName(i), store: storeUrl })).mountpoint
     }
   }
   const read = async (phase: string, mounts: number): Promise<void> => {

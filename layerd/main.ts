@@ -1,7 +1,8 @@
 #!/usr/bin/env -S node --max-semi-space-size=1
 /**
  * layerd: the node daemon. A thin composition root: flags, then the daemon
- * object graph (src/daemon/layerd-daemon.ts), then serve until SIGTERM.
+ * object graph (src/daemon/layerd-daemon.ts, with the sandbox sweep of
+ * src/runtime/ plugged in), then serve until SIGTERM.
  *
  *   layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]
  *
@@ -14,6 +15,8 @@ import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
+import { installProcessGuards } from '../src/daemon/process-guards.js'
+import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 import { nativeMemory } from '../src/native.js'
 
 /** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
@@ -51,14 +54,24 @@ async function main (): Promise<number> {
   if (values.foreground !== true) {
     const args = ['--cache-size', cacheSizeFlag, ...(values['no-restore'] === true ? ['--no-restore'] : [])]
     const client = await connectDaemon({ home, args })
-    const info = await client.call<{ pid: number }>('ping')
+    const info = await client.call('ping')
     client.close()
     console.log(`layerd running (pid ${info.pid}) for ${home}`)
     return LAYERD_EXIT.OK
   }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
   try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
-  const daemon = new LayerdDaemon({ home, cacheBytes, restoreMounts: values['no-restore'] !== true, log })
+  installProcessGuards(log, LAYERD_EXIT.FATAL)
+  const daemon = new LayerdDaemon({
+    home,
+    cacheBytes,
+    restoreMounts: values['no-restore'] !== true,
+    log,
+    sweepAtStart: async (db, log) => {
+      const orphans = await removeOrphanedSandboxes(db, log)
+      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
+    }
+  })
   try {
     await daemon.start()
   } catch (err) {
@@ -70,7 +83,12 @@ async function main (): Promise<number> {
     process.once('SIGTERM', () => stop('SIGTERM'))
     process.once('SIGINT', () => stop('SIGINT'))
   })
-  await daemon.stop()
+  try {
+    await daemon.stop()
+  } catch (err) {
+    log(`stop failed: ${(err as Error)?.stack ?? String(err)}`)
+    return LAYERD_EXIT.FAILURE
+  }
   return LAYERD_EXIT.OK
 }
 

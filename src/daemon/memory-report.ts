@@ -6,23 +6,14 @@
  * inside them). `layerctl stats --json` returns it as `memory`, and
  * bench/daemon-memory.ts reads it.
  *
- * May import: src/native.ts, node built-ins.
+ * May import: src/native.ts, ./control-protocol.ts (types), node built-ins.
  */
 import { readFileSync } from 'node:fs'
 import { nativeMemory, type MallocStats } from '../native.js'
+import type { DaemonMemoryResult } from './control-protocol.js'
 
-export interface DaemonMemory {
-  /** VmRSS, RssAnon, RssFile and VmHWM of /proc/self/status, in bytes. */
-  rssBytes: number
-  rssAnonBytes: number
-  rssFileBytes: number
-  peakRssBytes: number
-  /** Pss of smaps_rollup: file pages shared with other processes (the node binary) counted by share. */
-  pssBytes: number
-  v8: { heapTotalBytes: number, heapUsedBytes: number, externalBytes: number, arrayBufferBytes: number }
-  /** undefined when the native addon is not built. */
-  malloc?: MallocStats
-}
+/** The wire type (control-protocol.ts) without the settler's part. */
+export type DaemonMemory = Omit<DaemonMemoryResult, 'settle'>
 
 const KIB = 1024
 
