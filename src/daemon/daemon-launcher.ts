@@ -1,10 +1,13 @@
 /**
  * Finding or starting the node's layerd: layerctl calls `connectDaemon()`,
  * which connects to `<home>/layerd.sock` and, when nothing answers, starts
- * layerd in the background (detached, logging to `<home>/layerd.log`) and
- * waits for it. A stale socket or pid file from a killed daemon is cleared.
+ * layerd's holder (src/holder/: it starts layerd, keeps its FUSE
+ * connections and restarts it when it dies) in the background (detached,
+ * logging to `<home>/layerd.log`) and waits for layerd. LAYERD_HOLDER=0
+ * starts layerd alone (its mounts then die with it). A stale socket or pid
+ * file from a killed daemon is cleared.
  *
- * May import: src/errors.ts, src/state/, this folder.
+ * May import: src/errors.ts, src/state/, src/holder/holder.ts, this folder.
  */
 import { spawn } from 'node:child_process'
 import { openSync, closeSync, readFileSync, rmSync } from 'node:fs'
@@ -14,12 +17,15 @@ import { DaemonUnavailableError } from '../errors.js'
 import { ensureHomeDir } from '../state/node-db.js'
 import { ControlClient } from './control-client.js'
 import { pidFilePath, socketPath } from './control-protocol.js'
+import { holderPidIn } from '../holder/holder.js'
 
 export const DAEMON_START_TIMEOUT_MS = 15_000
 const POLL_MS = 50
 
 /** The compiled daemon entry (dist/layerd/main.js), found relative to this module (dist/src/daemon/). */
 export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))
+/** The compiled holder entry (dist/layerd/holder.js). */
+export const HOLDER_ENTRY = fileURLToPath(new URL('../../layerd/holder.js', import.meta.url))
 
 export interface DaemonOptions {
   home: string
@@ -43,7 +49,7 @@ export async function connectDaemon (opts: DaemonOptions): Promise<ControlClient
   try { return await ControlClient.connect(sock) } catch (err) {
     if (opts.autoStart === false) throw err
   }
-  if (runningDaemonPid(opts.home) === undefined) {
+  if (runningDaemonPid(opts.home) === undefined && holderPidIn(opts.home) === undefined) {
     rmSync(pidFilePath(opts.home), { force: true })
     startDaemon(opts)
   }
@@ -61,7 +67,10 @@ function startDaemon (opts: DaemonOptions): void {
   ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
-    const child = spawn(process.execPath, [DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])], {
+    const args = process.env.LAYERD_HOLDER === '0'
+      ? [DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])]
+      : [HOLDER_ENTRY, '--home', opts.home, '--entry', DAEMON_ENTRY, '--', ...(opts.args ?? [])]
+    const child = spawn(process.execPath, args, {
       detached: true,
       stdio: ['ignore', logFd, logFd]
     })

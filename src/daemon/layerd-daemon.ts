@@ -8,6 +8,11 @@
  * listens. `stop()` unmounts everything, closes the cache and removes the
  * socket and pid file. Both idempotent.
  *
+ * Started by the holder (src/holder/) or by systemd with its fd store, the
+ * daemon keeps every FUSE connection there: `start()` then takes over the
+ * connections an earlier daemon kept (a crash or an upgrade: readers never
+ * notice), and `handover()` exits without unmounting, for a planned restart.
+ *
  * May import: everything below src/daemon.
  */
 import { openSync, writeSync, closeSync, readFileSync, rmSync } from 'node:fs'
@@ -22,6 +27,7 @@ import { pidFilePath, socketPath } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
+import { HeldConnections } from '../holder/connection-keeper.js'
 import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
 import { SandboxRegistry } from '../runtime/sandbox-registry.js'
 
@@ -35,7 +41,7 @@ export interface DaemonConfig {
 }
 
 /** Documented exit codes of `layerd`. */
-export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4 } as const
+export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, HANDOVER: 5 } as const
 
 export class AlreadyRunningError extends LayerdError {
   static readonly code = 'ERR_ALREADY_RUNNING'
@@ -53,6 +59,7 @@ export class LayerdDaemon {
   #mounts: MountManager | undefined
   #blockViews: BlockViews | undefined
   #server: ControlServer | undefined
+  #keeper: HeldConnections | undefined
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
 
@@ -67,18 +74,24 @@ export class LayerdDaemon {
     ensureHomeDir(home)
     this.#takePidFile()
     try {
+      const started = performance.now()
+      this.#keeper = HeldConnections.open(home, log)
       this.#db = openNodeDb(home)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
-      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'))
+      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
+        sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
+      })
       this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
-      const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
-      if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
+      const kept = this.#keeper?.availableCount ?? 0
+      const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
+      if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
       const orphans = await removeOrphanedSandboxes(this.#db, log)
       if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
-      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
+      this.#keeper?.ready()
+      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
     } catch (err) {
       await this.stop()
       throw err
@@ -99,10 +112,29 @@ export class LayerdDaemon {
     await this.#stopping
   }
 
+  /**
+   * A planned restart (SIGUSR2 from the holder): stop answering the control
+   * socket and leave every mount as it is, for the next daemon to take over.
+   * The caller exits right after. Reads in flight are not answered here: the
+   * kernel resends them to the next daemon (FUSE_NOTIFY_RESEND), so none
+   * fails. Async; idempotent with stop().
+   */
+  async handover (): Promise<void> {
+    this.#stopping ??= (async () => {
+      await this.#server?.close()
+      rmSync(socketPath(this.config.home), { force: true })
+      this.#releasePidFile()
+    })()
+    await this.#stopping
+  }
+
+  /** Who keeps the FUSE connections: 'holder', 'systemd', or null (they die with this daemon). */
+  get keptBy (): string | null { return this.#keeper?.store.kind ?? null }
+
   #handlers (): Record<string, (params: any) => Promise<unknown>> {
     const mounts = this.#mounts!
     return {
-      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString() }),
+      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy }),
       mount: async p => await mounts.mount(p),
       umount: async (p: { mountpoint: string }) => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
