@@ -67,8 +67,26 @@ export class UnsupportedError extends LayerdError {
   constructor (message: string, options?: { cause?: unknown }) { super(UnsupportedError.code, message, options) }
 }
 
+/** The node's state database was written by a newer layerd (its schema version is above this build's). */
+export class StateTooNewError extends LayerdError {
+  static readonly code = 'ERR_STATE_TOO_NEW'
+  constructor (message: string, options?: { cause?: unknown }) { super(StateTooNewError.code, message, options) }
+}
+
 /** The first line of an error's message, for one-line CLI output. */
 export function describeError (err: unknown): string {
   if (err instanceof Error) return err.message.split('\n')[0] ?? String(err)
   return String(err)
+}
+
+/** A container registry could not be reached, or answered with an error (after the retries). The message names the registry and the object. */
+export class RegistryError extends LayerdError {
+  static readonly code = 'ERR_REGISTRY'
+  constructor (message: string, options?: { cause?: unknown }) { super(RegistryError.code, message, options) }
+}
+
+/** A container registry refused the credentials, or wants credentials none were given for. */
+export class RegistryAuthError extends LayerdError {
+  static readonly code = 'ERR_REGISTRY_AUTH'
+  constructor (message: string, options?: { cause?: unknown }) { super(RegistryAuthError.code, message, options) }
 }

@@ -13,6 +13,7 @@
  */
 import type { ChunkRef } from '../format/toc.js'
 import type { NodeDb } from '../state/node-db.js'
+import { AccessTraceTable } from '../state/access-trace-table.js'
 
 export const MAX_TRACE_CHUNKS = 100_000
 
@@ -32,31 +33,21 @@ export class TraceRecorder {
 }
 
 export class AccessTraces {
-  readonly #db: NodeDb
+  readonly #table: AccessTraceTable
 
   constructor (db: NodeDb) {
-    this.#db = db
-    db.exec(`CREATE TABLE IF NOT EXISTS access_traces (
-      manifest TEXT NOT NULL, seq INTEGER NOT NULL, digest TEXT NOT NULL, blob TEXT NOT NULL,
-      offset INTEGER NOT NULL, clen INTEGER NOT NULL, len INTEGER NOT NULL,
-      PRIMARY KEY (manifest, seq)) WITHOUT ROWID`)
+    this.#table = new AccessTraceTable(db)
   }
 
   /** Replace the trace of `manifest` (no-op for an empty one). Sync, one transaction. */
   save (manifest: string, refs: readonly ChunkRef[]): void {
     if (refs.length === 0) return
-    const insert = this.#db.prepare('INSERT INTO access_traces VALUES (?, ?, ?, ?, ?, ?, ?)')
-    this.#db.transaction(() => {
-      this.#db.prepare('DELETE FROM access_traces WHERE manifest = ?').run(manifest)
-      refs.forEach((r, i) => insert.run(manifest, i, r.digest, r.blob, r.offset, r.compressedLength, r.length))
-    })()
+    this.#table.replace(manifest, refs)
   }
 
-  /** The trace of `manifest`, in first-touch order; empty when none was recorded. */
+  /** The trace of `manifest`, in first-touch order; empty when none was recorded. Sync. */
   load (manifest: string): ChunkRef[] {
-    const rows = this.#db.prepare('SELECT digest, blob, offset, clen, len FROM access_traces WHERE manifest = ? ORDER BY seq').all(manifest) as
-      Array<{ digest: string, blob: string, offset: number, clen: number, len: number }>
-    return rows.map(r => ({ digest: r.digest, blob: r.blob, offset: r.offset, compressedLength: r.clen, length: r.len }))
+    return this.#table.load(manifest)
   }
 }
 

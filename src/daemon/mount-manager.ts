@@ -18,7 +18,7 @@
  * (shared-tocs.ts): images on one base hold the base's TOCs once.
  *
  * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/,
- * src/runtime/overlay/mount-table.ts, this folder.
+ * src/host/mount-table.ts, this folder.
  */
 import { realpath } from 'node:fs/promises'
 import { basename, join, resolve } from 'node:path'
@@ -27,14 +27,14 @@ import { digestHex, isDigest, type Digest } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
 import { parseRef } from '../format/ref.js'
 import { resolveChunk, type ChunkRef } from '../format/toc.js'
-import type { OciImageConfig } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
-import { mountImage, type ImageMount, type ImageMountStats } from '../fs/image-mount.js'
+import { mountImage, type ImageMount } from '../fs/image-mount.js'
 import { lazyUnmount, mountedFsType } from '../fs/fuse-binding.js'
 import { loadImage, type LoadedImage } from '../image/load-image.js'
 import { resolveRef } from '../image/refs.js'
 import type { NodeDb } from '../state/node-db.js'
+import { MountTable } from '../state/mount-table.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import { BlobNeighbours } from './blob-neighbours.js'
 import { AccessTraces, prefetchOrder } from './access-traces.js'
@@ -43,33 +43,13 @@ import { ImageStacks, mountStackOverlay, overlaySafePath, unmountStackOverlay } 
 import { splitTopLayer } from '../format/layer-split.js'
 import type { MergedTree } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
-import { mountsUnder } from '../runtime/overlay/mount-table.js'
+import { mountsUnder } from '../host/mount-table.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 import type { HeldConnections } from '../holder/connection-keeper.js'
 import { SharedImageRecords } from './shared-image-records.js'
+import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
-
-/** What a sandbox needs to run an image: its read-only root and its config. */
-export interface SharedImage { mountpoint: string, manifest: string, config: OciImageConfig, mountMs: number }
-
-export interface MountInfo {
-  mountpoint: string
-  image: string
-  manifest: string
-  store: string
-  mountedAt: string
-  /** Milliseconds from request to a served mount. */
-  mountMs: number
-}
-
-export interface MountStats extends ImageMountStats {
-  mountpoint: string
-  image: string
-  fetches: number
-  prefetchedChunks: number
-  storeErrors: number
-}
 
 interface Mounted {
   info: MountInfo
@@ -84,7 +64,7 @@ interface Mounted {
 }
 
 export class MountManager {
-  readonly #db: NodeDb
+  readonly #rows: MountTable
   readonly #cache: ChunkCache
   readonly #stores: StorePool
   readonly #log: (line: string) => void
@@ -110,13 +90,10 @@ export class MountManager {
     this.#sharedRecords = new SharedImageRecords(options.sharedRecordsFile ?? `${sharedDir}.json`, log)
     this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper)
     this.#traces = new AccessTraces(db)
-    this.#db = db
+    this.#rows = new MountTable(db)
     this.#cache = cache
     this.#stores = stores
     this.#log = log
-    db.exec(`CREATE TABLE IF NOT EXISTS mounts (
-      mountpoint TEXT PRIMARY KEY, image TEXT NOT NULL, manifest TEXT NOT NULL,
-      store TEXT NOT NULL, s3_endpoint TEXT, mounted_at TEXT NOT NULL)`)
   }
 
   /** Mount an image. Async. Throws NotFoundError for an unknown image, UsageError when the directory is already a layerd mount. */
@@ -127,8 +104,7 @@ export class MountManager {
     const loc = locationOf(req)
     const loaded = preloaded ?? await this.#load(loc, req.image)
     const m = await this.#mountLayers(loc, mountpoint, req.image, loaded, loaded.manifest.layers.map(l => l.digest), loaded.tocs, undefined, started)
-    this.#db.prepare('INSERT OR REPLACE INTO mounts VALUES (?, ?, ?, ?, ?, ?)')
-      .run(m.info.mountpoint, req.image, m.image.digest, req.store, req.s3Endpoint ?? null, m.info.mountedAt)
+    this.#rows.put({ mountpoint: m.info.mountpoint, image: req.image, manifest: m.image.digest, store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }), mountedAt: m.info.mountedAt })
     return m.info
   }
 
@@ -257,7 +233,7 @@ export class MountManager {
     this.#mounts.delete(m.info.mountpoint)
     this.#cache.unpin(m.pins)
     this.#tocs.release(m.layers)
-    this.#db.prepare('DELETE FROM mounts WHERE mountpoint = ?').run(m.info.mountpoint)
+    this.#rows.remove(m.info.mountpoint)
     this.#sharedRecords.delete(m.info.mountpoint)
   }
 
@@ -327,20 +303,20 @@ export class MountManager {
         this.#log(`serving image ${r.image} at ${r.mountpoint} again: ${(err as Error).message}`)
       }
     }
-    const rows = this.#db.prepare('SELECT * FROM mounts').all() as Array<{ mountpoint: string, image: string, manifest: string, store: string, s3_endpoint: string | null }>
+    const rows = this.#rows.list()
     let restored = 0
     let cleaned = 0
     for (const row of rows) {
       if (this.#mounts.has(row.mountpoint)) continue // a shared image, served above
       cleaned++
-      this.#db.prepare('DELETE FROM mounts WHERE mountpoint = ?').run(row.mountpoint)
+      this.#rows.remove(row.mountpoint)
       if (!restore) {
         try { await lazyUnmount(row.mountpoint) } catch (err) { this.#log(`cleaning stale mount ${row.mountpoint}: ${(err as Error).message}`) }
         continue
       }
       try {
         // mountImage takes a kept connection over, or cleans the dead mount and mounts afresh.
-        await this.mount({ image: row.manifest, mountpoint: row.mountpoint, store: row.store, ...(row.s3_endpoint === null ? {} : { s3Endpoint: row.s3_endpoint }) })
+        await this.mount({ image: row.manifest, mountpoint: row.mountpoint, store: row.store, ...(row.s3Endpoint === undefined ? {} : { s3Endpoint: row.s3Endpoint }) })
         const m = this.#mounts.get(resolve(row.mountpoint))!
         m.info.image = row.image
         if (m.mount.adopted) adopted++

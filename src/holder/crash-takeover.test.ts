@@ -7,7 +7,7 @@
  * a wrong byte.
  */
 import t from 'tap'
-import { assertNothingNoticed, readThroughDisruptions } from './takeover-harness.js'
+import { assertNothingNoticed, readThroughDisruptions } from '../../fixtures/takeover-workload.js'
 
 const KILLS = 10
 // Subtests' own test dirs have long names; layerd's socket path must stay under the 108-byte sun_path limit.
@@ -20,5 +20,5 @@ t.test('SIGKILLing layerd 10 times mid-read: zero read errors, zero wrong bytes,
   t.equal(log.match(/was killed by SIGKILL; starting a new one/g)?.length, KILLS, 'the holder restarted layerd after each kill')
   t.equal(log.match(/took over \d+ image\(s\) on (\d+) kept/g)?.length, KILLS, 'each new layerd took the kept connections over')
   await r.node.layerd.stopDaemon()
-  t.same(await (await import('../runtime/overlay/mount-table.js')).mountsUnder(`${r.node.home}/mnt`), [], 'a clean stop unmounts')
+  t.same(await (await import('../host/mount-table.js')).mountsUnder(`${r.node.home}/mnt`), [], 'a clean stop unmounts')
 })

@@ -17,7 +17,7 @@ import zstd from 'zstd-napi/binding.js'
 import { BadInputError } from '../errors.js'
 import { chunkBuffer, FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 import { sha256Hex } from '../format/digest.js'
-import { openSqlite } from '../state/node-db.js'
+import { openStoredChunkLookup } from '../state/chunk-index-table.js'
 import { bestCdcScanner } from './native-cdc-scanner.js'
 import { readExactFile } from './sources/exact-file.js'
 
@@ -80,10 +80,7 @@ export class FileChunker {
     this.#params = params
     this.#whole = new FastCdcChunker(params.cdc, this.#scanner)
     if (params.dedup !== undefined) {
-      const db = openSqlite(params.dedup.dbPath, { readonly: true, fileMustExist: true })
-      const lookup = db.prepare('SELECT 1 FROM chunk_index WHERE store = ? AND digest = ?').pluck()
-      const store = params.dedup.storeUrl
-      this.#isStored = digest => lookup.get(store, digest) !== undefined
+      this.#isStored = openStoredChunkLookup(params.dedup.dbPath, params.dedup.storeUrl)
     }
   }
 

@@ -8,54 +8,46 @@
  */
 import { NotFoundError } from '../errors.js'
 import type { NodeDb } from '../state/node-db.js'
+import { SandboxTable, type SandboxRow } from '../state/sandbox-table.js'
 import type { Tier } from './sandbox.js'
 
-export interface SandboxRecord {
-  id: string
-  tier: Tier
-  image: string
-  manifest: string
-  stateDir: string
-  createdAt: string
-  ownerPid: number
-  /** Kept after its owner ends (run --keep): not an orphan. */
-  keep: boolean
-}
+/** A sandbox's row (src/state/sandbox-table.ts), with its tier typed. */
+export interface SandboxRecord extends Omit<SandboxRow, 'tier'> { tier: Tier }
 
 export type SandboxStatus = 'active' | 'kept' | 'orphaned'
 
 export class SandboxRegistry {
-  readonly #db: NodeDb
+  readonly #rows: SandboxTable
 
   constructor (db: NodeDb) {
-    this.#db = db
-    db.exec(`CREATE TABLE IF NOT EXISTS sandboxes (
-      id TEXT PRIMARY KEY, tier TEXT NOT NULL, image TEXT NOT NULL, manifest TEXT NOT NULL,
-      state_dir TEXT NOT NULL, created_at TEXT NOT NULL, owner_pid INTEGER NOT NULL, keep INTEGER NOT NULL)`)
+    this.#rows = new SandboxTable(db)
   }
 
+  /** Sync; throws when the id is taken. */
   add (r: SandboxRecord): void {
-    this.#db.prepare('INSERT INTO sandboxes VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(r.id, r.tier, r.image, r.manifest, r.stateDir, r.createdAt, r.ownerPid, r.keep ? 1 : 0)
+    this.#rows.add(r)
   }
 
+  /** Sync. */
   setKeep (id: string, keep: boolean): void {
-    this.#db.prepare('UPDATE sandboxes SET keep = ? WHERE id = ?').run(keep ? 1 : 0, id)
+    this.#rows.setKeep(id, keep)
   }
 
+  /** Sync. */
   remove (id: string): void {
-    this.#db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id)
+    this.#rows.remove(id)
   }
 
-  /** Throws NotFoundError naming the id. */
+  /** Sync. Throws NotFoundError naming the id. */
   get (id: string): SandboxRecord {
-    const row = this.#db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as Row | undefined
+    const row = this.#rows.find(id)
     if (row === undefined) throw new NotFoundError(`sandbox ${id} not found on this node (see \`layerctl ps\`)`)
-    return fromRow(row)
+    return asRecord(row)
   }
 
+  /** Every sandbox, oldest first. Sync. */
   list (): SandboxRecord[] {
-    return (this.#db.prepare('SELECT * FROM sandboxes ORDER BY created_at').all() as Row[]).map(fromRow)
+    return this.#rows.list().map(asRecord)
   }
 
   static status (r: SandboxRecord): SandboxStatus {
@@ -66,8 +58,7 @@ export class SandboxRegistry {
   }
 }
 
-interface Row { id: string, tier: string, image: string, manifest: string, state_dir: string, created_at: string, owner_pid: number, keep: number }
-
-function fromRow (r: Row): SandboxRecord {
-  return { id: r.id, tier: r.tier as Tier, image: r.image, manifest: r.manifest, stateDir: r.state_dir, createdAt: r.created_at, ownerPid: r.owner_pid, keep: r.keep === 1 }
+/** Rows are written only through add(), from a SandboxRecord: the tier is one of ours. */
+function asRecord (r: SandboxRow): SandboxRecord {
+  return { ...r, tier: r.tier as Tier }
 }

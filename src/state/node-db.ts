@@ -1,17 +1,20 @@
 /**
  * The node-local database (better-sqlite3): rebuildable state that speeds a
- * node up but is never authoritative — the dedup index, mounts, cache
- * accounting, access traces. Each module creates its own tables with
- * `CREATE TABLE IF NOT EXISTS`.
+ * node up but is never authoritative — the dedup index, mounts, access
+ * traces, sandboxes. (Cache accounting lives in the lmdb cache itself.)
+ * Its tables are defined once, in schema.ts, with a version; opening a
+ * database migrates it. Modules use it through the repository classes of
+ * this folder (one per table), never with SQL of their own.
  *
  * One file per LAYERD_HOME, WAL mode, so the CLI and the daemon can both use it.
  *
- * May import: nothing from the project but src/errors.ts.
+ * May import: src/errors.ts, this folder.
  */
 import type BetterSqlite3 from 'better-sqlite3'
 import { createRequire } from 'node:module'
 import { chmodSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
+import { migrate } from './schema.js'
 
 /**
  * The node's home: traversable by everyone (0711: sandboxes run as the
@@ -24,7 +27,10 @@ export function ensureHomeDir (home: string): void {
   chmodSync(home, 0o711)
 }
 
-export type NodeDb = BetterSqlite3.Database
+declare const migrated: unique symbol
+
+/** A node database at this build's schema version: only openNodeDb() and openMemoryNodeDb() make one. */
+export type NodeDb = BetterSqlite3.Database & { readonly [migrated]: true }
 
 const requireCjs = createRequire(import.meta.url)
 let sqlite: typeof BetterSqlite3 | undefined
@@ -34,26 +40,38 @@ let sqlite: typeof BetterSqlite3 | undefined
  * most layerctl commands (mount, stats, run…) only talk to layerd, and a
  * push's workers read the dedup index only when there is one. Sync.
  */
-export function openSqlite (file: string, options?: BetterSqlite3.Options): NodeDb {
+export function openSqlite (file: string, options?: BetterSqlite3.Options): BetterSqlite3.Database {
   sqlite ??= requireCjs('better-sqlite3') as typeof BetterSqlite3
   return new sqlite(file, options)
 }
 
 const BUSY_TIMEOUT_MS = 10_000
 
-/** Open (creating) `<home>/state.db`. Sync. */
+/**
+ * Open (creating) `<home>/state.db` and bring it to this build's schema
+ * (schema.ts). Sync. Throws StateTooNewError, naming the file, when a newer
+ * build wrote it; the handle is closed then.
+ */
 export function openNodeDb (home: string): NodeDb {
   ensureHomeDir(home)
   const file = join(home, 'state.db')
   const db = openSqlite(file)
-  chmodSync(file, 0o600)
-  db.pragma('journal_mode = WAL')
-  db.pragma('synchronous = NORMAL')
-  db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
-  return db
+  try {
+    chmodSync(file, 0o600)
+    db.pragma('journal_mode = WAL')
+    db.pragma('synchronous = NORMAL')
+    db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
+    migrate(db, file)
+  } catch (err) {
+    db.close()
+    throw err
+  }
+  return db as NodeDb
 }
 
-/** An in-memory database for tests and one-off commands. */
+/** An in-memory database at this build's schema, for tests and one-off commands. Sync. */
 export function openMemoryNodeDb (): NodeDb {
-  return openSqlite(':memory:')
+  const db = openSqlite(':memory:')
+  migrate(db, 'in memory')
+  return db as NodeDb
 }
