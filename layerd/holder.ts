@@ -6,8 +6,9 @@
  *
  *   layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [-- LAYERD_FLAGS…]
  *
- * Exit codes: 0 when layerd stopped cleanly, 1 when it refused to start,
- * 2 on bad flags, 3 when a holder already runs for that home.
+ * Exit codes: 0 when layerd stopped cleanly; layerd's own code when it
+ * refused to start (2 bad flags, 3 another daemon holds the home); 2 on bad
+ * flags; 3 when a holder already runs for that home; 1 otherwise.
  */
 import { parseArgs } from 'node:util'
 import { fileURLToPath } from 'node:url'

@@ -28,8 +28,8 @@ import { nativeFdPassing, type NativeFdPassing } from '../native.js'
 import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 
 /** layerd's exit code when it handed its connections over (SIGUSR2): restart it at once. */
-export const DAEMON_EXIT_HANDOVER = 5
-/** layerd exit codes after which restarting cannot help: stop. */
+export const DAEMON_EXIT_HANDOVER = 6
+/** layerd exit codes after which restarting cannot help (clean stop, bad flags, another daemon holds the home): stop, with that code. */
 const DAEMON_EXIT_FINAL = new Set([0, 2, 3])
 /** A layerd that served at least this long is restarted at once. */
 const HEALTHY_MS = 1_000
@@ -184,7 +184,7 @@ export class Holder {
     const how = signal !== null ? `was killed by ${signal}` : `exited with code ${code ?? '?'}`
     if (this.#stopping || (code !== null && DAEMON_EXIT_FINAL.has(code) && this.#planned === undefined)) {
       this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}; the holder stops`)
-      this.#finish(code === 0 || this.#stopping ? HOLDER_EXIT.OK : HOLDER_EXIT.FAILURE)
+      this.#finish(this.#stopping ? HOLDER_EXIT.OK : code ?? HOLDER_EXIT.FAILURE)
       return
     }
     const now = performance.now()
@@ -192,7 +192,7 @@ export class Holder {
     const planned = this.#planned !== undefined || code === DAEMON_EXIT_HANDOVER
     this.#failures = healthy || planned ? 0 : this.#failures + 1
     const delay = this.#failures === 0 ? 0 : Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (this.#failures - 1))
-    this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${planned ? ' (handover)' : code === 1 ? ' (its fatal error is logged above)' : ''}; ` +
+    this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${planned ? ' (handover)' : code === 5 ? ' (a fatal error: its cause is logged above)' : ''}; ` +
       `starting a new one${delay > 0 ? ` in ${delay} ms (${this.#failures} failed start(s) in a row)` : ''}; ${this.#fds.size} connection(s) kept`)
     this.#restarts++
     setTimeout(() => { if (!this.#stopping) this.#spawn() }, delay)
