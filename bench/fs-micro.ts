@@ -33,7 +33,8 @@ import { promisify } from 'node:util'
 import { fileURLToPath } from 'node:url'
 import { ChunkFetcher } from '../src/cache/chunk-fetcher.js'
 import { LmdbChunkCache } from '../src/cache/lmdb-chunk-cache.js'
-import { fetcherChunkReader } from '../src/fs/fetcher-chunk-reader.js'
+import { MountChunkReader } from '../src/daemon/mount-chunk-reader.js'
+import { BlobNeighbours } from '../src/daemon/blob-neighbours.js'
 import type { ChunkReader } from '../src/fs/file-reader.js'
 import { mountFuse, type FuseOperations, type FuseStat } from '../src/fs/fuse-binding.js'
 import { DEFAULT_FUSE_OPTIONS, mountImage } from '../src/fs/image-mount.js'
@@ -209,7 +210,11 @@ async function main (): Promise<void> {
   const fetcher = new ChunkFetcher({ url: 'memory://none', getRange: async () => { throw new Error('a warm benchmark must not fetch') } }, cache)
   const subjects = {
     memory: await mountLayerd(fresh(), fx.image, warm(fx.image)),
-    lmdb: await mountLayerd(fresh(), fx.image, fetcherChunkReader(fetcher, 'memory://none')),
+    lmdb: await mountLayerd(fresh(), fx.image, new MountChunkReader(fetcher, 'memory://none', {
+      onPrefetchError: () => {},
+      neighbours: () => new BlobNeighbours(fx.image.tocs),
+      isCached: digest => cache.has(digest)
+    })),
     trivial: await mountTrivial(fresh(), fx)
   }
   const through = { memory: [] as number[], lmdb: [] as number[], trivial: [] as number[] }
