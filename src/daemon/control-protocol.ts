@@ -108,6 +108,9 @@ export interface CacheCounters {
   evictions: number
   rejected: number
   writeErrors: number
+  writeFailures: number
+  skippedWrites: number
+  writesFailing: boolean
   capBytes: number | null
   diskBytes: number
 }
@@ -121,8 +124,8 @@ export interface NodeStats {
   cache: CacheCounters
   fetch: { fetchedBytes: number, fetches: number, corruptChunks: number, storeErrors: number }
   mounts: number
-  /** This daemon: its pid, and errors nobody awaited (logged with their stack; process-guards.ts). */
-  daemon: { pid: number, unhandledRejections: number }
+  /** This daemon: its pid, errors nobody awaited (logged with their stack), and known library leftovers (process-guards.ts). */
+  daemon: { pid: number, unhandledRejections: number, expectedRejections: number }
 }
 /** One mount's counters (`stats` with a mountpoint). */
 export type MountStatsResult = MountStats & { cache: CacheCounters }

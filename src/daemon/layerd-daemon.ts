@@ -14,13 +14,13 @@
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { LayerdError } from '../errors.js'
-import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { exportImage, type ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
-import { unhandledRejectionCount } from './process-guards.js'
+import { expectedRejectionCount, expectRejections, unhandledRejectionCount } from './process-guards.js'
 import {
   BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type PullResult
 } from './control-protocol.js'
@@ -93,6 +93,7 @@ export class LayerdDaemon {
     try {
       this.#lock.writePidFile()
       this.#db = openNodeDb(home)
+      expectRejections(isLmdbCommitEcho)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'))
@@ -138,7 +139,7 @@ export class LayerdDaemon {
       image: async p => await mounts.shared(p),
       blockView: async p => await this.#blockViews!.ensure(p),
       stats: async p => p.mountpoint === undefined
-        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount() } }
+        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() } }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
       prefetch: async p => {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
