@@ -118,7 +118,13 @@ export interface CacheCounters {
 /** What a prefetch that was waited for did (src/cache's PrefetchResult). */
 export interface PrefetchCounts { requested: number, cached: number, fetched: number, failed: number }
 
-export interface PingResult { pid: number, home: string, startedAt: string }
+export interface PingResult {
+  pid: number
+  home: string
+  startedAt: string
+  /** Who keeps the daemon's FUSE connections across its restarts: 'holder', 'systemd', or null (they die with it). */
+  connectionsKeptBy: 'holder' | 'systemd' | null
+}
 /** Node-wide counters (`stats` without a mountpoint). */
 export interface NodeStats {
   cache: CacheCounters
