@@ -34,15 +34,26 @@ import { existsSync } from 'node:fs'
 import { ControlClient } from '../src/daemon/control-client.js'
 import { socketPath } from '../src/daemon/control-protocol.js'
 import { DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
-import { arg, fmt, markdownTable, MB, median, REPO_ROOT, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { fmt, REPORT_OPTIONS, markdownTable, MB, median, REPO_ROOT, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
-const IMAGES = Number(arg('images', '20'))
-const REPS = Number(arg('reps', '2'))
+const SPEC = {
+  images: { type: 'string', default: '20', value: 'N' },
+  reps: { type: 'string', default: '2', value: 'N' },
+  work: { type: 'string', default: '/var/tmp', value: 'DIR' },
+  baseline: { type: 'string', default: '', value: 'DIR' },
+  modes: { type: 'string', default: 'mount,stack', value: 'mount,stack' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('daemon-memory', SPEC)
+const IMAGES = ARGS.number('images', { min: 1 })
+const REPS = ARGS.number('reps', { min: 1 })
 const WORKLOAD = `/usr/bin/python3 -c 'import json, sqlite3, ssl'`
 /** Readings are taken this long after a step: the daemon gives a burst's memory back after 1.5 s of quiet (src/daemon/memory-settler.ts). */
 const SETTLE_MS = 3000
-const BASELINE = arg('baseline', '')
-const MODES = arg('modes', 'mount,stack').split(',') as Mode[]
+const BASELINE = ARGS.string('baseline') ?? ''
+const MODES = (ARGS.string('modes') ?? 'mount,stack').split(',') as Mode[]
+for (const m of MODES) if (m !== 'mount' && m !== 'stack') { console.error(`daemon-memory: --modes ${JSON.stringify(m)}: use mount, stack or mount,stack`); process.exit(2) }
 const KIB = 1024
 
 interface Memory { VmRSS: number, VmHWM: number, RssAnon: number, RssFile: number, Pss: number, Pss_Anon: number, Pss_File: number }
@@ -194,7 +205,7 @@ async function oneRun (work: string, storeUrl: string, build: Build, mode: Mode,
 async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
-  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-mem-'))
+  const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-mem-'))
   const command = `node dist/bench/daemon-memory.js --images ${IMAGES} --reps ${REPS}${BASELINE === '' ? '' : ` --baseline ${BASELINE}`}`
   console.error(`${command}\n  work dir ${work}`)
   const builds: Build[] = [{ label: 'this build', root: REPO_ROOT, nodeFlags: DAEMON_NODE_FLAGS }]
@@ -246,7 +257,7 @@ async function main (): Promise<void> {
       '',
       markdownTable(header, rows)
     ].join('\n')
-    await writeReport({ name: 'daemon-memory', title: `layerd memory with 1 and ${IMAGES} mounted images`, command, load: load.stop(), markdown, data: { images: IMAGES, reps: REPS, settleMs: SETTLE_MS, builds: summaries, runs: Object.fromEntries(runs) } })
+    await writeReport({ name: 'daemon-memory', title: `layerd memory with 1 and ${IMAGES} mounted images`, command, load: load.stop(), markdown, data: { images: IMAGES, reps: REPS, settleMs: SETTLE_MS, builds: summaries, runs: Object.fromEntries(runs) } }, ARGS.string('out'))
   } finally {
     await rm(work, { recursive: true, force: true })
   }
