@@ -30,7 +30,8 @@ import { ContainerdInstance } from '../fixtures/containerd.js'
 import { layerdNode } from '../fixtures/layerd-harness.js'
 import { unmountAllUnder } from '../src/host/mount-table.js'
 import { snapshotterSocketPath } from '../src/snapshotter/containerd-snapshotter.js'
-import { arg, fmt, loadAverage, markdownTable, RESULTS_DIR, startLoadSampler, writeReport } from './bench-report.js'
+import { fmt, loadAverage, markdownTable, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 import { ensureDeployCorpus, type TaskImage } from './deploy/corpus.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import { NodeDisk } from './deploy/node-disk.js'
@@ -49,11 +50,16 @@ interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: num
 
 const log = (line: string): void => { process.stderr.write(`containerd-start: ${line}\n`) }
 
-function positiveInt (name: string, fallback: number): number {
-  const v = Number(arg(name, String(fallback)))
-  if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer`)
-  return v
-}
+const SPEC = {
+  containers: { type: 'string', default: '8', value: 'N' },
+  images: { type: 'string', default: '4', value: 'N' },
+  concurrency: { type: 'string', default: '4', value: 'N' },
+  bandwidth: { type: 'string', default: '1g', value: 'BITS/S' },
+  'rtt-ms': { type: 'string', default: '1', value: 'MS' },
+  task: { type: 'string', default: 'load', value: 'TASK' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('containerd-start', SPEC)
 
 function check (p: Placement<TaskImage>, side: Side, task: DeployTask, code: number, stdout: string, stderr: string, outputs: Record<string, string>): void {
   const line = stdout.trim().split('\n')[0] ?? ''
@@ -118,11 +124,11 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
 }
 
 async function main (): Promise<void> {
-  const containers = positiveInt('containers', 8)
-  const images = positiveInt('images', 4)
-  const concurrency = positiveInt('concurrency', 4)
-  const link: LinkSpec = { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs: Number(arg('rtt-ms', '1')) }
-  const task = deployTask(arg('task', 'load'))
+  const containers = ARGS.number('containers', { min: 1 })
+  const images = ARGS.number('images', { min: 1 })
+  const concurrency = ARGS.number('concurrency', { min: 1 })
+  const link: LinkSpec = { bitsPerSecond: parseBandwidth(ARGS.string('bandwidth')), rttMs: ARGS.number('rtt-ms', { integer: false }) }
+  const task = deployTask(ARGS.string('task'))
   const command = `node dist/bench/containerd-start.js ${process.argv.slice(2).join(' ')}`.trim()
   log(`${containers} containers, ${images} images, concurrency ${concurrency}, link ${describeLink(link)}, task ${task.kind}; load ${loadAverage()}`)
   const corpus = await ensureDeployCorpus(images, log)
@@ -170,7 +176,7 @@ async function main (): Promise<void> {
       load: load.stop(),
       markdown,
       data: { containers, images, concurrency, link, task: task.kind, runs: Object.fromEntries(runs), speedP50, speedP99, writesRatio: writes, fetchedRatio: fetched }
-    })
+    }, ARGS.string('out'))
   } finally {
     await sources?.stop().catch(err => log(`cleanup: ${(err as Error).message}`))
     await unmountAllUnder(work).catch(() => {})
@@ -178,5 +184,5 @@ async function main (): Promise<void> {
   }
 }
 
-await mkdir(resolve(arg('out', RESULTS_DIR)), { recursive: true })
+await mkdir(resolve(ARGS.string('out')), { recursive: true })
 await main()
