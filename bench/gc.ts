@@ -31,8 +31,13 @@ import { loadImage } from '../src/image/load-image.js'
 import { openNodeDb } from '../src/state/node-db.js'
 import type { ObjectStore } from '../src/store/object-store.js'
 import { openStore } from '../src/store/open-store.js'
-import { arg, fmt, loadAverage, MB, RESULTS_DIR } from './bench-report.js'
+import { fmt, loadAverage, MB, RESULTS_DIR } from './bench-report.js'
 
+/** `--name value` from argv, or the fallback. */
+function arg (name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`)
+  return i > 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback
+}
 const versions = Number(arg('versions', '200'))
 const remove = Number(arg('remove', String(Math.floor(versions / 2))))
 const backends = arg('backends', 'fs,s3').split(',')

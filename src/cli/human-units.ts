@@ -20,10 +20,6 @@ export function parseSize (s: string): number | undefined {
   return Math.round(Number(m[1]) * 1024 ** power)
 }
 
-export function formatSeconds (ms: number): string {
-  return ms < 1000 ? `${ms.toFixed(0)} ms` : `${(ms / 1000).toFixed(2)} s`
-}
-
 const DURATION_RE = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/i
 const DURATION_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
 

@@ -191,7 +191,3 @@ async function pushLeased (source: ImageSource, ref: ImageRef, opts: PushOptions
 export function withDiffIds (config: OciImageConfig, diffIds: string[]): OciImageConfig {
   return { ...config, rootfs: { type: 'layers', diff_ids: diffIds } }
 }
-
-export function describePush (r: PushResult): string {
-  return `pushed ${formatRef(r.ref)} as ${r.manifest}`
-}
