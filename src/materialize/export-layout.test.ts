@@ -4,17 +4,13 @@
  * - a layer's whiteouts, opaque directories and hardlinks come out as real
  *   OCI markers and tar hardlinks, one exported layer per stored layer;
  * - the Debian python image exported in each format is accepted by
- *   `skopeo inspect` and `docker load` (a private dockerd started here),
- *   and `docker run` of it prints python's 2+2;
+ *   `skopeo inspect` (docker load and run: export-docker.test.ts);
  * - export → push gives one manifest digest for all three formats, and
  *   exporting that image again writes the same image (a fixed point).
  */
 import t from 'tap'
-import { spawn } from 'node:child_process'
-import { mkdtemp, readFile, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { DockerNode } from '../../bench/deploy/docker-node.js'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
 import { buildLayerTar, dir, file, hardlink, opaque, symlink, whiteout } from '../../fixtures/layer-dsl.js'
@@ -59,19 +55,10 @@ t.test('export --format oci writes one layer per stored layer, with real whiteou
   t.equal(/manifest (sha256:\S+)/.exec(r2.stdout)?.[1], /manifest (sha256:\S+)/.exec(r.stdout)?.[1], 'and writes the same image again')
 })
 
-t.test('the python image in each export format: skopeo inspect, docker load and docker run accept it; export → push is one manifest', async t => {
+t.test('the python image in each export format: skopeo inspect accepts it; export → push is one manifest, a fixed point', async t => {
   const images = await ensureDebianImages()
   const python = images.images['python-v1']
   t.equal((await node.layerctl('push', `oci:${python.ociLayout}:${python.ociTag}`, 'deb/python:v1')).code, 0)
-  // Sockets live in the run dir: a short path (unix socket paths are limited to 107 bytes).
-  const runDir = await mkdtemp(join(tmpdir(), 'layerd-export-docker-'))
-  const docker = await DockerNode.start({ dataDir: join(work, 'docker-data'), runDir })
-  t.teardown(async () => {
-    await docker.stop()
-    // dockerd bind-mounts its data root onto itself and leaves it on a fast exit: unmount before the testdir goes.
-    await runCommand('umount', [join(work, 'docker-data', 'docker')]).catch(() => {})
-    await rm(runDir, { recursive: true, force: true })
-  })
   const out = (f: string): string => join(work, `python.${f}`)
   const exported: string[] = []
   const pushedBack: string[] = []
@@ -83,15 +70,6 @@ t.test('the python image in each export format: skopeo inspect, docker load and 
     const inspect = JSON.parse(await runCommand('skopeo', ['inspect', skopeoRef]))
     t.equal(inspect.Layers.length, 2, `skopeo inspect ${format}: 2 layers`)
     t.equal(inspect.Labels['org.layerd.fixture'], 'python-v1', `skopeo inspect ${format}: the original config`)
-
-    const rm = await docker.docker('rmi', '-f', 'deb/python:v1')
-    t.ok(rm.code === 0 || /No such image/.test(rm.stderr), rm.stderr)
-    const load = format === 'oci' ? await loadDirectory(docker, out(format)) : await docker.docker('load', '-i', out(format))
-    t.equal(load.code, 0, `docker load of ${format}: ${load.stderr}`)
-    t.match(load.stdout, /Loaded image: deb\/python:v1/)
-    const run = await docker.docker('run', '--rm', '--network', 'none', 'deb/python:v1', 'python3', '-c', 'print(2+2)')
-    t.equal(run.stdout.trim(), '4', `docker run of the ${format} export prints 4 (${run.stderr.trim()})`)
-
     const back = await node.layerctl('push', format === 'docker-archive' ? `docker-archive:${out(format)}` : `${format}:${out(format)}:v1`, `back:${format}`, '--json')
     t.equal(back.code, 0, back.stderr)
     pushedBack.push(JSON.parse(back.stdout).manifest)
@@ -100,14 +78,4 @@ t.test('the python image in each export format: skopeo inspect, docker load and 
   t.equal(new Set(pushedBack).size, 1, 'export → push gives one manifest digest from every format')
   const second = await node.layerctl('export', 'back:oci', '--format', 'oci', '-o', join(work, 'python.oci-2'))
   t.equal(/manifest (sha256:\S+)/.exec(second.stdout)?.[1], exported[0], 'exporting the pushed-back image writes the same image (fixed point)')
-  const third = await node.layerctl('push', `oci:${join(work, 'python.oci-2')}:oci`, 'back:again', '--json') // tagged as its ref, back:oci
-  t.equal(third.code, 0, third.stderr)
-  t.equal(JSON.parse(third.stdout).manifest, pushedBack[0], 'and pushing that gives the same manifest digest again')
 })
-
-/** `tar -C DIR -c . | docker load`: an OCI layout directory into docker (docker 20.10 reads its manifest.json). */
-async function loadDirectory (docker: DockerNode, layoutDir: string): Promise<{ code: number, stdout: string, stderr: string }> {
-  const tar = spawn('tar', ['-C', layoutDir, '-cf', join(work, 'layout-for-docker.tar'), '.'])
-  await new Promise(resolve => tar.on('close', resolve))
-  return await docker.docker('load', '-i', join(work, 'layout-for-docker.tar'))
-}
