@@ -26,10 +26,18 @@ import { gzipSync } from 'node:zlib'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { buildLayerTar, dir, file } from '../fixtures/layer-dsl.js'
 import { layerdNode, type LayerdNode } from '../fixtures/layerd-harness.js'
-import { arg, fmt, markdownTable, MB, median, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { fmt, REPORT_OPTIONS, markdownTable, MB, median, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
-const IMAGES = Number(arg('images', '20'))
-const REPS = Number(arg('reps', '2'))
+const SPEC = {
+  images: { type: 'string', default: '20', value: 'N' },
+  reps: { type: 'string', default: '2', value: 'N' },
+  work: { type: 'string', default: '/var/tmp', value: 'DIR' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('daemon-memory', SPEC)
+const IMAGES = ARGS.number('images', { min: 1 })
+const REPS = ARGS.number('reps', { min: 1 })
 const WORKLOAD = `/usr/bin/python3 -c 'import json, sqlite3, ssl'`
 const SETTLE_MS = 1000
 const KIB = 1024
@@ -134,7 +142,7 @@ async function oneRun (work: string, storeUrl: string, rep: number): Promise<Rea
 async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
-  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-mem-'))
+  const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-mem-'))
   const command = `node dist/bench/daemon-memory.js --images ${IMAGES} --reps ${REPS}`
   console.error(`${command}\n  work dir ${work}`)
   const load = startLoadSampler()
@@ -174,7 +182,7 @@ async function main (): Promise<void> {
       `Per additional mount (${IMAGES} vs 1, ÷ ${IMAGES - 1}): after mounting **${mb(afterMount.VmRSS)} MB VmRSS** (${mb(afterMount.RssAnon)} MB anon), ` +
         `after the workload **${mb(afterWork.VmRSS)} MB VmRSS** (${mb(afterWork.RssAnon)} MB anon, ${mb(afterWork.RssFile)} MB file-backed, i.e. the lmdb map), Pss ${mb(afterWork.Pss)} MB.`
     ].join('\n')
-    await writeReport({ name: 'daemon-memory', title: `layerd memory with 1 and ${IMAGES} mounted images`, command, load: load.stop(), markdown, data: { images: IMAGES, reps: REPS, phases: med, perMountAfterMount: afterMount, perMountAfterWorkload: afterWork, runs } })
+    await writeReport({ name: 'daemon-memory', title: `layerd memory with 1 and ${IMAGES} mounted images`, command, load: load.stop(), markdown, data: { images: IMAGES, reps: REPS, phases: med, perMountAfterMount: afterMount, perMountAfterWorkload: afterWork, runs } }, ARGS.string('out'))
   } finally {
     await rm(work, { recursive: true, force: true })
   }

@@ -24,21 +24,30 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
-import { arg, fmt, LAYERCTL_JS, markdownTable, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport, type Timed } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
+import { fmt, LAYERCTL_JS, markdownTable, median, REPORT_OPTIONS, runInterleaved, shq, startLoadSampler, timeShell, writeReport, type Timed } from './bench-report.js'
 import { DockerNode } from './deploy/docker-node.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import { LocalRegistry } from './deploy/local-registry.js'
 import { ThrottleProxy } from './deploy/throttle-proxy.js'
 
-const REPS = Number(arg('reps', '3'))
-const LINK: LinkSpec = { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs: Number(arg('rtt-ms', '1')) }
+const SPEC = {
+  reps: { type: 'string', default: '3', value: 'N' },
+  bandwidth: { type: 'string', default: '1g', value: 'BITS' },
+  'rtt-ms': { type: 'string', default: '1', value: 'MS' },
+  work: { type: 'string', default: tmpdir(), value: 'DIR' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('registry-push', SPEC)
+const REPS = ARGS.number('reps', { min: 1 })
+const LINK: LinkSpec = { bitsPerSecond: parseBandwidth(ARGS.string('bandwidth')), rttMs: ARGS.number('rtt-ms', { integer: false }) }
 
 interface Sample extends Timed { bytesDown: number }
 
 async function main (): Promise<void> {
   const images = await ensureDebianImages()
   const python = images.images['python-v1']
-  const work = await mkdtemp(join(arg('work', tmpdir()), 'layerd-registry-push-'))
+  const work = await mkdtemp(join(ARGS.string('work'), 'layerd-registry-push-'))
   const runDir = await mkdtemp(join(tmpdir(), 'lrp-'))
   const load = startLoadSampler()
   const registry = await LocalRegistry.start(join(work, 'registry'))
@@ -110,11 +119,11 @@ async function main (): Promise<void> {
     await writeReport({
       name: 'registry-push',
       title: 'Push from a registry (layerctl push docker://) against docker pull',
-      command: `node dist/bench/registry-push.js --reps ${REPS} --bandwidth ${arg('bandwidth', '1g')} --rtt-ms ${LINK.rttMs}`,
+      command: `node dist/bench/registry-push.js --reps ${REPS} --bandwidth ${ARGS.string('bandwidth')} --rtt-ms ${LINK.rttMs}`,
       load: load.stop(),
       markdown,
       data: { link: LINK, reps: REPS, samples: Object.fromEntries([...samples].map(([k, v]) => [k, v.map(s => ({ seconds: s.seconds, cpuSeconds: s.cpuSeconds, bytesDown: s.bytesDown }))])) }
-    })
+    }, ARGS.string('out'))
   } finally {
     await docker?.stop()
     await timeShell(`umount ${shq(join(work, 'docker', 'docker'))} 2>/dev/null || true`)

@@ -78,11 +78,17 @@ async function main (): Promise<number> {
     log(`cannot start: ${describeError(err)}`)
     return err instanceof AlreadyRunningError ? LAYERD_EXIT.ALREADY_RUNNING : LAYERD_EXIT.CANNOT_OPEN_HOME
   }
-  await new Promise<void>(resolve => {
-    const stop = (signal: string): void => { log(`${signal}: unmounting and stopping`); resolve() }
+  const how = await new Promise<'stop' | 'handover'>(resolve => {
+    const stop = (signal: string): void => { log(`${signal}: unmounting and stopping`); resolve('stop') }
     process.once('SIGTERM', () => stop('SIGTERM'))
     process.once('SIGINT', () => stop('SIGINT'))
+    // A planned restart by the holder: leave the mounts to the next daemon (src/holder/README.md).
+    process.once('SIGUSR2', () => { log('SIGUSR2: handing every FUSE connection over to the next layerd'); resolve('handover') })
   })
+  if (how === 'handover' && daemon.keptBy !== null) {
+    await daemon.handover()
+    return LAYERD_EXIT.HANDOVER
+  }
   try {
     await daemon.stop()
   } catch (err) {

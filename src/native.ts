@@ -3,7 +3,9 @@
  * system calls Node lacks — extended attributes that do not follow symlinks,
  * and mknod for device nodes and fifos — FastCDC's cut search for push
  * (native/fastcdc.c), and a FUSE server that speaks the kernel protocol
- * (native/fuse_server.c, used by src/fs/kernel-fuse.ts).
+ * (native/fuse_server.c, used by src/fs/kernel-fuse.ts), and file
+ * descriptors passed over Unix sockets (native/fd_passing.c), which keep
+ * FUSE connections alive across a daemon restart (src/holder/).
  *
  * The addon is built by `npm run build` (node-gyp) into
  * native/build/Release/layerd_native.node and loaded lazily, on the first
@@ -24,7 +26,7 @@ import { UnsupportedError } from './errors.js'
 export const XATTR_CREATE = 1
 export const XATTR_REPLACE = 2
 
-interface NativeBinding extends Partial<NativeFuseServerBinding> {
+interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<NativeFdPassing> {
   version (): number
   llistxattr (path: string): string[]
   lgetxattr (path: string, name: string): Buffer
@@ -43,14 +45,45 @@ export type NativeFuseServer = object & { readonly __brand: 'NativeFuseServer' }
 
 export interface NativeFuseServerOptions { entryValidS: number, attrValidS: number, negativeValidS: number, maxPages: number, maxReadahead: number }
 
+/** What a connection's INIT negotiated: the kernel's request and our answer (flags are bit sets). */
+export interface NativeFuseInit {
+  kernelMajor: number
+  kernelMinor: number
+  kernelFlags: number
+  kernelFlags2: number
+  replyFlags: number
+}
+
+/** {@link NativeFuseInit} as the server reports it, with what a takeover needs to know. */
+export interface NativeFuseInitInfo extends NativeFuseInit {
+  maxReadahead: number
+  /** The kernel can resend requests a dead server had read (FUSE_HAS_RESEND, protocol 7.40). */
+  canResend: boolean
+  /** After a takeover: why FUSE_NOTIFY_RESEND failed, or null. */
+  resendError: string | null
+}
+
+export type NativeFuseEvent = (kind: number, unique: bigint, nodeid: number, offset: number, size: number) => void
+
 /** The FUSE server of the addon; src/fs/kernel-fuse.ts is its only user. */
 export interface NativeFuseServerBinding {
   /** Mount (mount(2), read-only, nosuid, nodev) and start serving `table`. `onEvent(kind, unique, nodeid, offset, size)`: 1 INIT answered, 2 READ, 3 connection ended. Throws Error with the errno name as `code`. */
   fuseServerMount (mountpoint: string, fsName: string, mountOptions: string, options: NativeFuseServerOptions, table: Buffer,
-    onEvent: (kind: number, unique: number, nodeid: number, offset: number, size: number) => void): NativeFuseServer
-  fuseServerReply (server: NativeFuseServer, unique: number, data: Buffer, length: number): void
+    onEvent: NativeFuseEvent): NativeFuseServer
+  /**
+   * Serve a connection another process mounted and INITed (`fd`: this
+   * process's own copy, owned by the server from here; `table`: the one that
+   * process served), then send FUSE_NOTIFY_RESEND. No INIT event comes.
+   * Throws (code ENOTSUP) when `init` says the kernel cannot resend.
+   */
+  fuseServerAttach (fd: number, options: NativeFuseServerOptions, table: Buffer, init: NativeFuseInit, onEvent: NativeFuseEvent): NativeFuseServer
+  /** The INIT negotiation of a served connection (zeros before INIT). */
+  fuseServerInit (server: NativeFuseServer): NativeFuseInitInfo
+  /** The connection's /dev/fuse fd; the server owns it (never close it). */
+  fuseServerFd (server: NativeFuseServer): number
+  fuseServerReply (server: NativeFuseServer, unique: bigint, data: Buffer, length: number): void
   /** `errno` positive. */
-  fuseServerReplyError (server: NativeFuseServer, unique: number, errno: number): void
+  fuseServerReplyError (server: NativeFuseServer, unique: bigint, errno: number): void
   fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
 }
 
@@ -83,8 +116,37 @@ function load (): NativeBinding {
 /** The addon's FUSE server. Sync; throws UnsupportedError when the addon is missing or older than version 3. */
 export function nativeFuseServer (): NativeFuseServerBinding {
   const b = load()
-  if (b.fuseServerMount === undefined) throw new UnsupportedError('layerd native addon has no FUSE server (built before version 3): run `npm run build`')
+  if (b.fuseServerMount === undefined || b.fuseServerAttach === undefined) throw new UnsupportedError('layerd native addon has no FUSE server with takeover (built before version 5): run `npm run build`')
   return b as NativeFuseServerBinding
+}
+
+/** One message received with its file descriptors (close-on-exec). */
+export interface FdMessage { data: Buffer, fds: number[] }
+
+/** File descriptors over Unix sockets (native/fd_passing.c). */
+export interface NativeFdPassing {
+  /** socketpair(AF_UNIX, SOCK_SEQPACKET), both ends close-on-exec. */
+  fdSocketPair (): [number, number]
+  /** One message with `fds` attached (SCM_RIGHTS, at most 64). Throws errno errors (EPIPE: the peer is gone). */
+  fdSend (sock: number, data: Buffer, fds: number[]): void
+  /** One message, waiting at most `timeoutMs` (< 0: no limit); null at end of stream. Throws errno errors (ETIMEDOUT, EMSGSIZE). */
+  fdRecv (sock: number, maxBytes: number, timeoutMs: number): FdMessage | null
+  /** One message, waited for on a libuv worker thread. */
+  fdRecvAsync (sock: number, maxBytes: number, callback: (err: NodeJS.ErrnoException | null, message: FdMessage | null) => void): void
+  /** Set FD_CLOEXEC (for fds inherited from systemd). */
+  fdSetCloexec (fd: number): void
+  /** One datagram to systemd's notify socket (a path, or '@name' for the abstract namespace), `fds` attached. */
+  sdNotify (socketPath: string, message: string, fds: number[]): void
+}
+
+/** The addon's fd passing. Sync; throws UnsupportedError when the addon is missing or older than version 5. */
+export function nativeFdPassing (): NativeFdPassing {
+  const b = load()
+  if (b.fdSend === undefined || b.fdRecv === undefined || b.fdRecvAsync === undefined || b.fdSocketPair === undefined ||
+    b.fdSetCloexec === undefined || b.sdNotify === undefined) {
+    throw new UnsupportedError('layerd native addon has no fd passing (built before version 5): run `npm run build`')
+  }
+  return b as NativeFdPassing
 }
 
 /** mount(2) flags, as in <sys/mount.h>. */
@@ -146,7 +208,7 @@ export function flock (fd: number, operation: number): boolean {
   return b.flock(fd, operation)
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock). Sync. */
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

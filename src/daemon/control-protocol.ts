@@ -108,6 +108,9 @@ export interface CacheCounters {
   evictions: number
   rejected: number
   writeErrors: number
+  writeFailures: number
+  skippedWrites: number
+  writesFailing: boolean
   capBytes: number | null
   diskBytes: number
 }
@@ -115,14 +118,20 @@ export interface CacheCounters {
 /** What a prefetch that was waited for did (src/cache's PrefetchResult). */
 export interface PrefetchCounts { requested: number, cached: number, fetched: number, failed: number }
 
-export interface PingResult { pid: number, home: string, startedAt: string }
+export interface PingResult {
+  pid: number
+  home: string
+  startedAt: string
+  /** Who keeps the daemon's FUSE connections across its restarts: 'holder', 'systemd', or null (they die with it). */
+  connectionsKeptBy: 'holder' | 'systemd' | null
+}
 /** Node-wide counters (`stats` without a mountpoint). */
 export interface NodeStats {
   cache: CacheCounters
   fetch: { fetchedBytes: number, fetches: number, corruptChunks: number, storeErrors: number }
   mounts: number
-  /** This daemon: its pid, and errors nobody awaited (logged with their stack; process-guards.ts). */
-  daemon: { pid: number, unhandledRejections: number }
+  /** This daemon: its pid, errors nobody awaited (logged with their stack), and known library leftovers (process-guards.ts). */
+  daemon: { pid: number, unhandledRejections: number, expectedRejections: number }
 }
 /** One mount's counters (`stats` with a mountpoint). */
 export type MountStatsResult = MountStats & { cache: CacheCounters }

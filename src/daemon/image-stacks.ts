@@ -31,6 +31,7 @@ import { MNT_DETACH, MS_NODEV, MS_NOSUID, MS_RDONLY, nativeMounts } from '../nat
 import { BlobNeighbours } from './blob-neighbours.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import type { SharedTocs } from './shared-tocs.js'
+import type { ConnectionKeeper } from '../fs/kernel-fuse-keeper.js'
 
 /** Overlay options for a read-only stack: nothing below may redirect lookups; no index, no xino (inode numbers of the FUSE layers are small). */
 const STACK_OVERLAY_OPTIONS = 'redirect_dir=off,index=off,metacopy=off,xino=off'
@@ -52,7 +53,9 @@ export class ImageStacks {
     private readonly cache: ChunkCache,
     private readonly tocs: SharedTocs,
     private readonly sharedDir: string,
-    private readonly log: (line: string) => void
+    private readonly log: (line: string) => void,
+    /** Keeps the bases' FUSE connections across daemon restarts, and hands over kept ones. */
+    private readonly keeper?: ConnectionKeeper
   ) {}
 
   /** The base of `layers` (decoded as `tocs`), mounted on first use; each call needs one release(). Async. */
@@ -106,7 +109,7 @@ export class ImageStacks {
       isCached: digest => this.cache.has(digest)
     })
     const tree = mergeLayers(tocs)
-    const mount = await mountImage({ mountpoint, tocs, tree, reader, log: this.log })
+    const mount = await mountImage({ mountpoint, tocs, tree, reader, log: this.log, ...(this.keeper === undefined ? {} : { keeper: this.keeper }) })
     return { key, mountpoint, tree, mount, reader }
   }
 }

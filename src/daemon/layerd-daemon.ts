@@ -9,24 +9,30 @@
  * listens. `stop()` unmounts everything, closes the cache, removes the
  * socket and pid file and drops the lock. Both idempotent.
  *
+ * Started by the holder (src/holder/) or by systemd with its fd store, the
+ * daemon keeps every FUSE connection there: `start()` then takes over the
+ * connections an earlier daemon kept (a crash or an upgrade: readers never
+ * notice), and `handover()` exits without unmounting, for a planned restart.
+ *
  * May import: everything below src/daemon.
  */
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { LayerdError } from '../errors.js'
-import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { exportImage, type ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
-import { unhandledRejectionCount } from './process-guards.js'
+import { expectedRejectionCount, expectRejections, unhandledRejectionCount } from './process-guards.js'
 import {
   BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type PullResult
 } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
 import { StorePool } from './store-pool.js'
+import { HeldConnections } from '../holder/connection-keeper.js'
 
 export interface DaemonConfig {
   home: string
@@ -61,9 +67,10 @@ export interface DaemonService { close: () => Promise<void> }
  * Documented exit codes of `layerd`: 0 after a clean stop; 1 when a stop
  * failed; 2 bad flags; 3 another daemon holds the home's lock; 4 the home or
  * cache cannot be opened; 5 a fatal internal error (an uncaught exception,
- * logged with its stack; process-guards.ts), after which a holder restarts it.
+ * logged with its stack; process-guards.ts), after which a holder restarts it;
+ * 6 after a handover (SIGUSR2: the mounts are left to the next daemon).
  */
-export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, FATAL: 5 } as const
+export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, FATAL: 5, HANDOVER: 6 } as const
 
 export { AlreadyRunningError }
 
@@ -75,6 +82,7 @@ export class LayerdDaemon {
   #mounts: MountManager | undefined
   #blockViews: BlockViews | undefined
   #server: ControlServer | undefined
+  #keeper: HeldConnections | undefined
   readonly #services: DaemonService[] = []
   #lock: HomeLock | undefined
   #stopping: Promise<void> | undefined
@@ -92,17 +100,24 @@ export class LayerdDaemon {
     this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? 0)
     try {
       this.#lock.writePidFile()
+      const started = performance.now()
+      this.#keeper = HeldConnections.open(home, log)
       this.#db = openNodeDb(home)
+      expectRejections(isLmdbCommitEcho)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
-      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'))
+      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
+        sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
+      })
       this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
-      const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
-      if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
+      const kept = this.#keeper?.availableCount ?? 0
+      const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
+      if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
       await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
-      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
+      this.#keeper?.ready()
+      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
       for (const start of this.config.services ?? []) {
         this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
       }
@@ -127,18 +142,37 @@ export class LayerdDaemon {
     await this.#stopping
   }
 
+  /**
+   * A planned restart (SIGUSR2 from the holder): stop answering the control
+   * socket and leave every mount as it is, for the next daemon to take over.
+   * The caller exits right after. Reads in flight are not answered here: the
+   * kernel resends them to the next daemon (FUSE_NOTIFY_RESEND), so none
+   * fails. Async; idempotent with stop().
+   */
+  async handover (): Promise<void> {
+    this.#stopping ??= (async () => {
+      await this.#server?.close()
+      rmSync(socketPath(this.config.home), { force: true })
+      this.#lock?.release()
+    })()
+    await this.#stopping
+  }
+
+  /** Who keeps the FUSE connections: 'holder', 'systemd', or null (they die with this daemon). */
+  get keptBy (): 'holder' | 'systemd' | null { return this.#keeper?.store.kind ?? null }
+
   /** The control API (control-protocol.ts): params arrive checked against the map. */
   #handlers (): ControlHandlers {
     const mounts = this.#mounts!
     return {
-      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString() }),
+      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy }),
       mount: async p => await mounts.mount(p),
       umount: async p => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
       image: async p => await mounts.shared(p),
       blockView: async p => await this.#blockViews!.ensure(p),
       stats: async p => p.mountpoint === undefined
-        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount() } }
+        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() } }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
       prefetch: async p => {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)

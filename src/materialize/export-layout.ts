@@ -41,7 +41,7 @@ import type { ImageRef } from '../format/ref.js'
 import { encodeTarHeader, padding, TAR_END } from '../format/tar-header.js'
 import type { LayerToc, TocEntry } from '../format/toc.js'
 import type { LoadedImage } from '../image/load-image.js'
-import type { ChunkReader } from './chunk-reader.js'
+import type { ChunkBatchReader } from './chunk-batch-reader.js'
 import { ContentPipeline } from './content-pipeline.js'
 import { writeTar } from './export-tar.js'
 import { contentsOf, type WalkItem } from './merged-walk.js'
@@ -87,7 +87,7 @@ export function layerTarItems (toc: LayerToc): WalkItem[] {
  * exist. Async. Throws BadInputError when `output` exists, and the chunk
  * reader's errors; leaves nothing behind on failure.
  */
-export async function exportImageLayout (image: LoadedImage, ref: ImageRef, reader: ChunkReader, format: ImageExportFormat, output: string): Promise<ImageExportResult> {
+export async function exportImageLayout (image: LoadedImage, ref: ImageRef, reader: ChunkBatchReader, format: ImageExportFormat, output: string): Promise<ImageExportResult> {
   if (await stat(output).then(() => true, () => false)) throw new BadInputError(`cannot export to ${output}: it exists`)
   const tmp = join(dirname(output), `.${basename(output)}.tmp-${process.pid}-${Date.now()}`)
   await mkdir(join(tmp, 'blobs', 'sha256'), { recursive: true })
@@ -157,7 +157,7 @@ async function writeBlob (dir: string, bytes: Buffer): Promise<{ digest: Digest,
 }
 
 /** One layer's tar into `dir/blobs/sha256/`, hashed as it is written. */
-async function writeLayerBlob (toc: LayerToc, reader: ChunkReader, dir: string): Promise<{ digest: Digest, size: number }> {
+async function writeLayerBlob (toc: LayerToc, reader: ChunkBatchReader, dir: string): Promise<{ digest: Digest, size: number }> {
   const items = layerTarItems(toc)
   const pipeline = new ContentPipeline(reader, contentsOf(items))
   const partial = join(dir, `.layer-${process.hrtime.bigint()}`)
