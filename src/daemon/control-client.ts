@@ -6,20 +6,9 @@
  */
 import { connect, type Socket } from 'node:net'
 import {
-  BadInputError, CorruptObjectError, DaemonUnavailableError, LayerdError, LimitExceededError, NotFoundError,
-  StoreUnavailableError, UnsupportedError, UsageError
+  DaemonUnavailableError, ERROR_CLASSES, LayerdError
 } from '../errors.js'
 import type { ControlResponse } from './control-protocol.js'
-
-const ERROR_CLASSES: Record<string, new (message: string) => LayerdError> = {
-  [NotFoundError.code]: NotFoundError,
-  [UsageError.code]: UsageError,
-  [BadInputError.code]: BadInputError,
-  [StoreUnavailableError.code]: StoreUnavailableError,
-  [CorruptObjectError.code]: CorruptObjectError,
-  [LimitExceededError.code]: LimitExceededError,
-  [UnsupportedError.code]: UnsupportedError
-}
 
 export const CONNECT_TIMEOUT_MS = 2000
 
@@ -68,7 +57,7 @@ export class ControlClient {
       if (p === undefined) continue
       this.#pending.delete(res.id)
       if ('error' in res) {
-        const Cls = ERROR_CLASSES[res.error.code]
+        const Cls = ERROR_CLASSES.get(res.error.code)
         p.reject(Cls === undefined ? new LayerdError(res.error.code, res.error.message) : new Cls(res.error.message))
       } else p.resolve(res.result)
     }

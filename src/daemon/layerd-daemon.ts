@@ -12,7 +12,7 @@
  */
 import { openSync, writeSync, closeSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { LayerdError, UsageError } from '../errors.js'
+import { AlreadyRunningError, PullIncompleteError, UsageError } from '../errors.js'
 import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { exportImage, type ExportTarget } from '../materialize/export-image.js'
@@ -37,10 +37,7 @@ export interface DaemonConfig {
 /** Documented exit codes of `layerd`. */
 export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4 } as const
 
-export class AlreadyRunningError extends LayerdError {
-  static readonly code = 'ERR_ALREADY_RUNNING'
-  constructor (message: string) { super(AlreadyRunningError.code, message) }
-}
+export { AlreadyRunningError }
 
 interface PullParams extends StoreLocation { image: string, all?: boolean }
 interface ExportParams extends StoreLocation { image: string, tarFile?: string, directory?: string }
@@ -131,7 +128,7 @@ export class LayerdDaemon {
       result.chunks = r.requested
       result.failed = r.failed
       result.fetchedBytes = fetcher.stats.fetchedBytes - before
-      if (r.failed > 0) throw new LayerdError('ERR_PULL_INCOMPLETE', `pull ${p.image}: ${r.failed} of ${r.requested} chunks could not be fetched from ${store.url} (see the layerd log)`)
+      if (r.failed > 0) throw new PullIncompleteError(`pull ${p.image}: ${r.failed} of ${r.requested} chunks could not be fetched from ${store.url} (see the layerd log)`)
     }
     return result
   }

@@ -12,7 +12,7 @@
  */
 import type { Duplex } from 'node:stream'
 import { constants } from 'node:os'
-import { CorruptObjectError, LayerdError, UsageError } from '../../errors.js'
+import { CorruptObjectError, UsageError, VmGoneError } from '../../errors.js'
 import type { ExecOptions, ExecResult } from '../sandbox.js'
 import {
   FrameDecoder, Frame, STDIN_FRAME_BYTES, decodeAgentError, decodeExit, decodeReady, encodeExecRequest, encodeFrame,
@@ -21,11 +21,7 @@ import {
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 ** 2
 
-/** The VM or its agent went away (crash, kill, power-off) while the host needed it. */
-export class VmGoneError extends LayerdError {
-  static readonly code = 'ERR_VM_GONE'
-  constructor (message: string, options?: { cause?: unknown }) { super(VmGoneError.code, message, options) }
-}
+export { VmGoneError }
 
 const SIGNAL_NAMES = new Map(Object.entries(constants.signals).map(([name, n]) => [n, name]))
 
