@@ -25,7 +25,7 @@
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { cpus } from 'node:os'
 import { join, resolve } from 'node:path'
-import { unmountAllUnder } from '../src/runtime/overlay/mount-table.js'
+import { unmountAllUnder } from '../src/host/mount-table.js'
 import { parseSize } from '../src/cli/human-units.js'
 import { arg, flag, fmt, loadAverage, RESULTS_DIR, startLoadSampler, writeReport } from './bench-report.js'
 import { ensureDeployCorpus } from './deploy/corpus.js'

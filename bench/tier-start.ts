@@ -29,7 +29,7 @@ import { ensureGuestKernel, type GuestKernelFixture } from '../fixtures/guest-ke
 import { layerdNode, type LayerdNode } from '../fixtures/layerd-harness.js'
 import { buildBlockView } from '../src/blockview/block-view-builder.js'
 import { ContainerTierDriver } from '../src/runtime/container/container-driver.js'
-import { unmountAllUnder } from '../src/runtime/overlay/mount-table.js'
+import { unmountAllUnder } from '../src/host/mount-table.js'
 import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind } from '../src/runtime/overlay/sandbox-overlay.js'
 import { ProcessTierDriver } from '../src/runtime/process/process-driver.js'
 import { DEFAULT_LIMITS, type SandboxSpec, type TierDriver } from '../src/runtime/sandbox.js'

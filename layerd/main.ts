@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * layerd: the node daemon. A thin composition root: flags, then the daemon
- * object graph (src/daemon/layerd-daemon.ts), then serve until SIGTERM.
+ * object graph (src/daemon/layerd-daemon.ts, with the sandbox sweep of
+ * src/runtime/ plugged in), then serve until SIGTERM.
  *
  *   layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]
  *
@@ -14,6 +15,7 @@ import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
+import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 
 const DEFAULT_CACHE_SIZE = '10G'
 
@@ -53,7 +55,16 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.OK
   }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
-  const daemon = new LayerdDaemon({ home, cacheBytes, restoreMounts: values['no-restore'] !== true, log })
+  const daemon = new LayerdDaemon({
+    home,
+    cacheBytes,
+    restoreMounts: values['no-restore'] !== true,
+    log,
+    sweepAtStart: async (db, log) => {
+      const orphans = await removeOrphanedSandboxes(db, log)
+      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
+    }
+  })
   try {
     await daemon.start()
   } catch (err) {

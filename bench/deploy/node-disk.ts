@@ -17,12 +17,12 @@
  * mkfs time (lazy_itable_init=0), so no background initialisation writes
  * into a measurement.
  *
- * Bench-only: may import src/runtime/overlay/mount-table.ts, fixtures/run-command.ts, node built-ins.
+ * Bench-only: may import src/host/mount-table.ts, fixtures/run-command.ts, node built-ins.
  */
 import { mkdir, readFile, rm, statfs } from 'node:fs/promises'
 import { basename, join } from 'node:path'
 import { runCommand } from '../../fixtures/run-command.js'
-import { unmountAllUnder } from '../../src/runtime/overlay/mount-table.js'
+import { unmountAllUnder } from '../../src/host/mount-table.js'
 
 const SECTOR_BYTES = 512
 

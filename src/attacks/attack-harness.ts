@@ -29,7 +29,7 @@ import { pushImage } from '../image/push.js'
 import type { ExecResult, SandboxLimits, Tier } from '../runtime/sandbox.js'
 import { createSandbox, type ManagedSandbox } from '../sandbox/create-sandbox.js'
 import { driverFor } from '../sandbox/tier-drivers.js'
-import { mountsUnder } from '../runtime/overlay/mount-table.js'
+import { mountsUnder } from '../host/mount-table.js'
 import { openMemoryNodeDb } from '../state/node-db.js'
 import { openStore } from '../store/open-store.js'
 

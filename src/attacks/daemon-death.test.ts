@@ -6,7 +6,7 @@
 import t from 'tap'
 import { LINUX_TIERS, forEachTier, startAttackNode } from './attack-harness.js'
 import { daemonDeathAttack } from './daemon-death.js'
-import { mountsUnder } from '../runtime/overlay/mount-table.js'
+import { mountsUnder } from '../host/mount-table.js'
 
 // Subtests' own test dirs have long names; layerd's socket path must stay under the 108-byte sun_path limit.
 const dir = t.testdir()

@@ -12,7 +12,7 @@
  * May import: ./attack-harness.ts, ./containment.ts, src/, tap (types).
  */
 import type { Test } from 'tap'
-import { mountsUnder } from '../runtime/overlay/mount-table.js'
+import { mountsUnder } from '../host/mount-table.js'
 import type { Tier } from '../runtime/sandbox.js'
 import { describe, sh, type AttackNode } from './attack-harness.js'
 import { assertContained, takeBaseline } from './containment.js'

@@ -35,7 +35,7 @@ import { lstat, mkdtemp, open, rm, truncate, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { LimitExceededError, UnsupportedError } from '../errors.js'
-import { decodeExt4Superblock, type Ext4Superblock } from './ext4-superblock.js'
+import { decodeExt4Superblock, type Ext4Superblock } from '../format/ext4-superblock.js'
 import { clearLifetimeWrites, normalizeInodeTimes } from './metadata-normalizer.js'
 import { BLOCK_BYTES, measureTree, type TreeMeasure } from './tree-measure.js'
 

@@ -20,7 +20,7 @@ import { buildBlockView } from '../blockview/block-view-builder.js'
 import { BLOCK_VIEW_FILE, pushBlockView } from '../blockview/push-block-view.js'
 import { digestHex, isDigest, type Digest } from '../format/digest.js'
 import { manifestKey } from '../format/keys.js'
-import { MANIFEST_MEDIA_TYPE, type ImageManifest, type OciImageConfig } from '../format/manifest.js'
+import { MANIFEST_MEDIA_TYPE, type ImageManifest } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { encodeManifestObject, getManifest } from '../image/metadata-objects.js'
@@ -28,18 +28,9 @@ import { exportImage } from '../materialize/export-image.js'
 import type { NodeDb } from '../state/node-db.js'
 import type { MountManager } from './mount-manager.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
+import type { BlockViewInfo } from './control-protocol.js'
 
 export const BLOCK_VIEWS_PREFIX = 'block-views/'
-
-export interface BlockViewInfo {
-  /** The raw ext4 file, on a layerd mount. */
-  path: string
-  /** The image's manifest and config (the VM runs the image's config, not the block view's). */
-  manifest: Digest
-  config: OciImageConfig
-  /** Milliseconds spent building and pushing it (0 when it was in the store). */
-  buildMs: number
-}
 
 export class BlockViews {
   readonly #building = new Map<string, Promise<Digest>>()

@@ -22,8 +22,6 @@ import { pidFilePath, socketPath } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
-import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
-import { SandboxRegistry } from '../runtime/sandbox-registry.js'
 
 export interface DaemonConfig {
   home: string
@@ -32,6 +30,13 @@ export interface DaemonConfig {
   /** Mount again what a killed daemon had mounted. */
   restoreMounts: boolean
   log: (line: string) => void
+  /**
+   * Node upkeep that runs once per start, after the mounts are recovered and
+   * before the socket listens; a failure is logged, never fatal. layerd/main.ts
+   * passes the removal of sandboxes left by crashed callers (src/runtime/),
+   * which the daemon itself knows nothing of.
+   */
+  sweepAtStart?: (db: NodeDb, log: (line: string) => void) => Promise<void>
 }
 
 /** Documented exit codes of `layerd`. */
@@ -71,8 +76,7 @@ export class LayerdDaemon {
       this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
       const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
-      const orphans = await removeOrphanedSandboxes(this.#db, log)
-      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
+      await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
@@ -172,14 +176,4 @@ export class LayerdDaemon {
 
 function isAlive (pid: number): boolean {
   try { process.kill(pid, 0); return true } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' }
-}
-
-/** Sandboxes whose owning process is gone and that were not kept. Never throws. */
-async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<number> {
-  const registry = new SandboxRegistry(db)
-  let removed = 0
-  for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
-    try { await cleanupSandbox(r); registry.remove(r.id); removed++ } catch (err) { log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
-  }
-  return removed
 }

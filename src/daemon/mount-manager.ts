@@ -12,7 +12,7 @@
  * (shared-tocs.ts): images on one base hold the base's TOCs once.
  *
  * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/,
- * src/runtime/overlay/mount-table.ts, this folder.
+ * src/host/mount-table.ts, this folder.
  */
 import { join, resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'
@@ -20,10 +20,9 @@ import { digestHex, isDigest, type Digest } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
 import { parseRef } from '../format/ref.js'
 import { resolveChunk, type ChunkRef } from '../format/toc.js'
-import type { OciImageConfig } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
-import { mountImage, type ImageMount, type ImageMountStats } from '../fs/image-mount.js'
+import { mountImage, type ImageMount } from '../fs/image-mount.js'
 import { lazyUnmount } from '../fs/fuse-binding.js'
 import { loadImage, type LoadedImage } from '../image/load-image.js'
 import { resolveRef } from '../image/refs.js'
@@ -37,31 +36,11 @@ import { ImageStacks, mountStackOverlay, overlaySafePath, unmountStackOverlay } 
 import { splitTopLayer } from '../format/layer-split.js'
 import type { MergedTree } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
-import { mountsUnder } from '../runtime/overlay/mount-table.js'
+import { mountsUnder } from '../host/mount-table.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
+import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
-
-/** What a sandbox needs to run an image: its read-only root and its config. */
-export interface SharedImage { mountpoint: string, manifest: string, config: OciImageConfig, mountMs: number }
-
-export interface MountInfo {
-  mountpoint: string
-  image: string
-  manifest: string
-  store: string
-  mountedAt: string
-  /** Milliseconds from request to a served mount. */
-  mountMs: number
-}
-
-export interface MountStats extends ImageMountStats {
-  mountpoint: string
-  image: string
-  fetches: number
-  prefetchedChunks: number
-  storeErrors: number
-}
 
 interface Mounted {
   info: MountInfo

@@ -4,7 +4,7 @@
  * sandboxes whose owner is gone. Idempotent: every step tolerates what an
  * earlier, interrupted cleanup already removed.
  *
- * May import: src/errors.ts, this folder.
+ * May import: src/errors.ts, src/state/, this folder.
  */
 import { spawn } from 'node:child_process'
 import { readdir, readFile, rm } from 'node:fs/promises'
@@ -12,7 +12,8 @@ import { join } from 'node:path'
 import { OciRuntime } from './container/oci-runtime.js'
 import { removeSandboxOverlay } from './overlay/sandbox-overlay.js'
 import { SandboxCgroup } from './process/sandbox-cgroup.js'
-import type { SandboxRecord } from './sandbox-registry.js'
+import type { NodeDb } from '../state/node-db.js'
+import { SandboxRegistry, type SandboxRecord } from './sandbox-registry.js'
 
 /** Kill what still runs in the sandbox and remove its cgroup, runtime state, mounts and files. */
 export async function cleanupSandbox (r: SandboxRecord): Promise<void> {
@@ -29,6 +30,20 @@ export async function cleanupSandbox (r: SandboxRecord): Promise<void> {
   await cgroup.remove().catch(() => {})
   if (r.tier === 'process' || r.tier === 'container') await removeSandboxOverlay(r.stateDir)
   await rm(r.stateDir, { recursive: true, force: true })
+}
+
+/**
+ * Remove every sandbox whose owning process is gone and that was not kept,
+ * and its record; returns how many. Async; never throws (a sandbox that
+ * cannot be removed is logged and left for the next sweep).
+ */
+export async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<number> {
+  const registry = new SandboxRegistry(db)
+  let removed = 0
+  for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
+    try { await cleanupSandbox(r); registry.remove(r.id); removed++ } catch (err) { log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
+  }
+  return removed
 }
 
 /** VM drivers record their hypervisor's pid in `<stateDir>/*.pid`. */

@@ -3,7 +3,7 @@ import { UsageError } from '../../errors.js'
 import type { Command } from '../command.js'
 import { absolute, daemonFor, storeParams } from '../daemon-client.js'
 import { formatBytes } from '../human-units.js'
-import type { MountInfo, MountStats } from '../../daemon/mount-manager.js'
+import type { MountInfo, MountStats } from '../../daemon/control-protocol.js'
 
 export const mountCommand: Command = {
   name: 'mount',

@@ -143,7 +143,7 @@ export const commitCommand: Command = {
     const ref = parseRef(positionals[1]!)
     const [{ loadImage }, { pushSource }, { UpperLayerSource }, { overlayPaths }] = await Promise.all([
       import('../../image/load-image.js'), import('../../image/push.js'),
-      import('../../runtime/overlay/upper-layer-source.js'), import('../../runtime/overlay/sandbox-overlay.js')
+      import('../../image/sources/upper-layer-source.js'), import('../../runtime/overlay/sandbox-overlay.js')
     ])
     const base = await loadImage(ctx.store(), record.manifest)
     const layer = new UpperLayerSource(overlayPaths(record.stateDir).upperDir)

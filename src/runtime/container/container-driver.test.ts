@@ -1,6 +1,6 @@
 import t from 'tap'
 import { ContainerTierDriver } from './container-driver.js'
-import { tierSuite } from '../process/tier-suite.js'
+import { tierSuite } from '../tier-driver.conformance.js'
 
 await tierSuite(t, new ContainerTierDriver({ runtime: 'runc' }))
 t.test('ContainerTierDriver with crun', async t => {

@@ -35,7 +35,7 @@ import { join, resolve } from 'node:path'
 import { UnsupportedError, UsageError, describeError } from '../../errors.js'
 import { runHost } from '../process/host-command.js'
 import { MS_NOATIME, MS_NODEV, MS_NOSUID, nativeMounts } from '../../native.js'
-import { unmountAllUnder } from './mount-table.js'
+import { unmountAllUnder } from '../../host/mount-table.js'
 
 export type QuotaKind = 'loop-ext4' | 'tmpfs'
 

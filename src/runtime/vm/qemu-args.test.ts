@@ -3,7 +3,7 @@
  * Firecracker config and the overlay size for a quota.
  */
 import t from 'tap'
-import type { Ext4Superblock } from '../../blockview/ext4-superblock.js'
+import type { Ext4Superblock } from '../../format/ext4-superblock.js'
 import { firecrackerConfig } from './firecracker-config.js'
 import { guestCmdline, qemuArgs, type QemuVmConfig } from './qemu-args.js'
 import { planOverlay } from './vm-disks.js'

@@ -11,13 +11,13 @@
  * - Firecracker (raw drives only): the block view read-only, plus a sparse
  *   scratch ext4 of exactly the quota for the guest's overlayfs upper.
  *
- * May import: src/errors.ts, src/blockview/ext4-superblock.ts, node built-ins.
+ * May import: src/errors.ts, src/format/ext4-superblock.ts, node built-ins.
  */
 import { execFile } from 'node:child_process'
 import { open, rm, stat, truncate, writeFile } from 'node:fs/promises'
 import { promisify } from 'node:util'
 import { UnsupportedError } from '../../errors.js'
-import { decodeExt4Superblock, type Ext4Superblock } from '../../blockview/ext4-superblock.js'
+import { decodeExt4Superblock, type Ext4Superblock } from '../../format/ext4-superblock.js'
 
 const execFileAsync = promisify(execFile)
 const ALIGN_BYTES = 1024 * 1024

@@ -16,7 +16,7 @@
  * Every microvm sandbox also gets `<stateDir>/firecracker.json`, the
  * Firecracker config that runs it (UNTESTED here: no Firecracker binary).
  *
- * May import: src/errors.ts, src/blockview/ext4-superblock.ts, ../sandbox.ts, ../process/, this folder, node built-ins.
+ * May import: src/errors.ts, src/format/ext4-superblock.ts, ../sandbox.ts, ../process/, this folder, node built-ins.
  */
 import { createHash } from 'node:crypto'
 import { mkdir, rm, writeFile } from 'node:fs/promises'

@@ -2,8 +2,8 @@ import t from 'tap'
 import { mkdir, readFile, rm, rmdir, symlink, unlink, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { lgetxattr } from '../../native.js'
-import type { LayerEntry } from '../../image/sources/image-source.js'
-import { mountSandboxOverlay, removeSandboxOverlay } from './sandbox-overlay.js'
+import type { LayerEntry } from './image-source.js'
+import { mountSandboxOverlay, removeSandboxOverlay } from '../../runtime/overlay/sandbox-overlay.js'
 import { UpperLayerSource } from './upper-layer-source.js'
 
 async function collect (src: UpperLayerSource): Promise<Array<{ entry: LayerEntry, content?: string }>> {

@@ -14,12 +14,12 @@
  *   not the image.
  * The upper must not change while it is read: stop the sandbox first.
  *
- * May import: src/errors.ts, src/format/, src/image/sources/.
+ * May import: src/errors.ts, src/format/, this folder.
  */
 import type { Digest } from '../../format/digest.js'
-import { DirectoryLayerSource } from '../../image/sources/directory-source.js'
-import type { EntryHeader, LayerEntry, LayerSource, OpenImageSourceOptions } from '../../image/sources/image-source.js'
-import { ingestContext } from '../../image/sources/ingest-policy.js'
+import { DirectoryLayerSource } from './directory-source.js'
+import type { EntryHeader, LayerEntry, LayerSource, OpenImageSourceOptions } from './image-source.js'
+import { ingestContext } from './ingest-policy.js'
 
 const OVERLAY_XATTR_PREFIXES = ['trusted.overlay.', 'user.overlay.']
 const OPAQUE_VALUE_BASE64 = Buffer.from('y').toString('base64')

@@ -10,10 +10,10 @@ import { createHash } from 'node:crypto'
 import { access, readFile, readdir, statfs } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Test } from 'tap'
-import { ensureDebianImages, type DebianImages } from '../../../fixtures/debian-images.js'
-import type { OciImageConfig } from '../../format/manifest.js'
-import { mountsUnder } from '../overlay/mount-table.js'
-import { DEFAULT_LIMITS, type Sandbox, type SandboxLimits, type TierDriver } from '../sandbox.js'
+import { ensureDebianImages, type DebianImages } from '../../fixtures/debian-images.js'
+import type { OciImageConfig } from '../format/manifest.js'
+import { mountsUnder } from '../host/mount-table.js'
+import { DEFAULT_LIMITS, type Sandbox, type SandboxLimits, type TierDriver } from './sandbox.js'
 
 const MIB = 1024 ** 2
 const exists = async (p: string): Promise<boolean> => await access(p).then(() => true, () => false)

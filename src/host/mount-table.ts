@@ -1,15 +1,16 @@
 /**
- * The host's mount table as far as sandbox teardown needs it: which mounts
- * lie at or below a sandbox's state directory, and unmounting them all,
- * deepest first. Teardown is driven by the kernel's table rather than by
- * what set-up remembers, so it also cleans up after a crashed caller.
+ * The host's mount table (/proc/self/mountinfo) as far as teardown needs it:
+ * which mounts lie at or below a directory, and unmounting them all,
+ * deepest first. Sandbox teardown and the daemon's recovery of its mount
+ * directories are driven by the kernel's table rather than by what set-up
+ * remembers, so they also clean up after a crashed process.
  *
  * May import: src/errors.ts, src/native.ts, node built-ins.
  */
 import { readFile } from 'node:fs/promises'
 import { resolve } from 'node:path'
-import { UnsupportedError } from '../../errors.js'
-import { MNT_DETACH, nativeMounts } from '../../native.js'
+import { UnsupportedError } from '../errors.js'
+import { MNT_DETACH, nativeMounts } from '../native.js'
 
 /** mountinfo escapes space, tab, newline and backslash as \ooo. */
 function unescapeMountPath (s: string): string {
