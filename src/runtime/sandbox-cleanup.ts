@@ -4,11 +4,11 @@
  * sandboxes whose owner is gone. Idempotent: every step tolerates what an
  * earlier, interrupted cleanup already removed.
  *
- * May import: src/errors.ts, src/state/, this folder.
+ * May import: src/errors.ts, src/host/, src/state/, this folder.
  */
-import { spawn } from 'node:child_process'
 import { readdir, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
+import { collectHost } from '../host/host-command.js'
 import { OciRuntime } from './container/oci-runtime.js'
 import { removeSandboxOverlay } from './overlay/sandbox-overlay.js'
 import { SandboxCgroup } from './process/sandbox-cgroup.js'
@@ -55,9 +55,5 @@ async function killPidFiles (stateDir: string): Promise<void> {
 }
 
 async function runQuietly (argv: string[]): Promise<void> {
-  await new Promise<void>(resolve => {
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' })
-    child.on('error', () => resolve())
-    child.on('close', () => resolve())
-  })
+  await collectHost(argv[0]!, argv.slice(1)).catch(() => {})
 }

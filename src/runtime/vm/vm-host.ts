@@ -10,16 +10,15 @@
  * answer is cached per kernel and QEMU binary in memory and in
  * `<cacheDir>/kvm-probe.json`. `LAYERD_VM_ACCEL=kvm|tcg` skips the probe.
  *
- * May import: src/errors.ts, this folder, node built-ins.
+ * May import: src/errors.ts, src/host/, this folder, node built-ins.
  */
-import { spawn, execFile } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { access, constants as fsConstants, mkdir, readFile, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import { UsageError } from '../../errors.js'
+import { runHost } from '../../host/host-command.js'
 import type { Accel } from './qemu-args.js'
 
-const execFileAsync = promisify(execFile)
 
 export const PROBE_MARKER = 'layerd-probe-ok'
 /** A working KVM boots the guest to its initrd in well under a second; a hung one never does. */
@@ -55,7 +54,7 @@ export async function hostTscKhz (): Promise<number | undefined> {
 }
 
 async function qemuVersion (qemu: string): Promise<string> {
-  const { stdout } = await execFileAsync(qemu, ['--version'])
+  const stdout = await runHost(qemu, ['--version'])
   return stdout.split('\n')[0] ?? ''
 }
 
