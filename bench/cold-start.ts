@@ -109,7 +109,7 @@ async function main (): Promise<void> {
         let mount: { seconds: number, stdout: string }
         if (client !== undefined) {
           const t0 = performance.now()
-          const info = await client.call<{ mountMs: number }>('mount', { image: IMAGE, mountpoint: mnt, store: storeUrl })
+          const info = await client.call('mount', { image: IMAGE, mountpoint: mnt, store: storeUrl })
           mount = { seconds: (performance.now() - t0) / 1000, stdout: `in ${Math.round(info.mountMs)} ms` }
         } else {
           mount = await timeShell(`exec node ${shq(LAYERCTL_JS)} mount ${IMAGE} ${shq(mnt)}`, { env: node.env })

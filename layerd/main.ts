@@ -15,6 +15,7 @@ import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
+import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 
 const DEFAULT_CACHE_SIZE = '10G'
@@ -49,12 +50,13 @@ async function main (): Promise<number> {
   if (values.foreground !== true) {
     const args = ['--cache-size', cacheSizeFlag, ...(values['no-restore'] === true ? ['--no-restore'] : [])]
     const client = await connectDaemon({ home, args })
-    const info = await client.call<{ pid: number }>('ping')
+    const info = await client.call('ping')
     client.close()
     console.log(`layerd running (pid ${info.pid}) for ${home}`)
     return LAYERD_EXIT.OK
   }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
+  installProcessGuards(log, LAYERD_EXIT.FATAL)
   const daemon = new LayerdDaemon({
     home,
     cacheBytes,
@@ -76,7 +78,12 @@ async function main (): Promise<number> {
     process.once('SIGTERM', () => stop('SIGTERM'))
     process.once('SIGINT', () => stop('SIGINT'))
   })
-  await daemon.stop()
+  try {
+    await daemon.stop()
+  } catch (err) {
+    log(`stop failed: ${(err as Error)?.stack ?? String(err)}`)
+    return LAYERD_EXIT.FAILURE
+  }
   return LAYERD_EXIT.OK
 }
 

@@ -1,6 +1,6 @@
 // layerd's native addon: the few system calls Node does not expose
 // (extended attributes without following symlinks, mknod, mount, umount2,
-// loop devices), FastCDC's cut search for push (fastcdc.c), and a FUSE
+// loop devices, flock), FastCDC's cut search for push (fastcdc.c), and a FUSE
 // server that speaks the kernel protocol itself (fuse_server.c).
 // Loaded only through src/native.ts, which gives it a typed interface.
 // Every function is synchronous; failures throw an Error carrying Node-style
@@ -17,6 +17,7 @@
 #include <sys/xattr.h>
 #include <sys/mount.h>
 #include <sys/ioctl.h>
+#include <sys/file.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <linux/loop.h>
@@ -73,7 +74,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 4, &v);
+  napi_create_uint32(env, 5, &v);
   return v;
 }
 
@@ -271,6 +272,26 @@ static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// flock(fd: number, operation: number): boolean — flock(2) on an fd opened by Node. With LOCK_NB,
+// false when another open file description holds a conflicting lock (EWOULDBLOCK); true once taken.
+// EINTR is retried; any other failure throws.
+static napi_value js_flock(napi_env env, napi_callback_info info) {
+  napi_value argv[2], out;
+  int32_t fd = -1, op = 0;
+  if (!get_args(env, info, 2, argv)) return NULL;
+  if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) return throw_type(env, "fd must be a file descriptor");
+  if (napi_get_value_int32(env, argv[1], &op) != napi_ok) return throw_type(env, "operation must be a number");
+  int r;
+  do { r = flock(fd, op); } while (r != 0 && errno == EINTR);
+  if (r != 0 && errno != EWOULDBLOCK) {
+    char what[32];
+    snprintf(what, sizeof what, "fd %d", fd);
+    return throw_errno(env, errno, "flock", what);
+  }
+  napi_get_boolean(env, r == 0, &out);
+  return out;
+}
+
 void fuse_server_register(napi_env env, napi_value exports);  // fuse_server.c
 void fastcdc_register(napi_env env, napi_value exports);  // fastcdc.c
 
@@ -285,6 +306,7 @@ static napi_value init(napi_env env, napi_value exports) {
     { "umount2", 0, js_umount2, 0, 0, 0, napi_default, 0 },
     { "mountLoop", 0, js_mount_loop, 0, 0, 0, napi_default, 0 },
     { "mountAt", 0, js_mount_at, 0, 0, 0, napi_default, 0 },
+    { "flock", 0, js_flock, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   fuse_server_register(env, exports);

@@ -110,20 +110,44 @@ export class VmGoneError extends LayerdError {
   constructor (message: string, options?: { cause?: unknown }) { super(VmGoneError.code, message, options) }
 }
 
+/** A control request the daemon could not take: its message names the method and the field. */
+export class BadRequestError extends LayerdError {
+  static readonly code = 'ERR_BAD_REQUEST'
+  constructor (message: string, options?: { cause?: unknown }) { super(BadRequestError.code, message, options) }
+}
+
 /** A bug in layerd: a failure no code was made for. Its `cause` is the original error, stack included. */
 export class InternalError extends LayerdError {
   static readonly code = 'ERR_INTERNAL'
   constructor (message: string, options?: { cause?: unknown }) { super(InternalError.code, message, options) }
 }
 
+/** The first line of an error's message, for one-line CLI output. */
+export function describeError (err: unknown): string {
+  if (err instanceof Error) return err.message.split('\n')[0] ?? String(err)
+  return String(err)
+}
+
+/** A container registry could not be reached, or answered with an error (after the retries). The message names the registry and the object. */
+export class RegistryError extends LayerdError {
+  static readonly code = 'ERR_REGISTRY'
+  constructor (message: string, options?: { cause?: unknown }) { super(RegistryError.code, message, options) }
+}
+
+/** A container registry refused the credentials, or wants credentials none were given for. */
+export class RegistryAuthError extends LayerdError {
+  static readonly code = 'ERR_REGISTRY_AUTH'
+  constructor (message: string, options?: { cause?: unknown }) { super(RegistryAuthError.code, message, options) }
+}
+
 /** A LayerdError subclass: made from a message (and a cause). */
 export type LayerdErrorClass = (new (message: string, options?: { cause?: unknown }) => LayerdError) & { readonly code: string }
 
-/** Every code, with its class. Add a new subclass here too. */
+/** Every code, with its class. Add a new subclass here too (src/errors.test.ts checks), and to README.md's list. */
 export const ERROR_CLASSES: ReadonlyMap<string, LayerdErrorClass> = new Map(([
   NotFoundError, StoreUnavailableError, CorruptObjectError, BadInputError, UsageError, LimitExceededError,
   DaemonUnavailableError, UnsupportedError, StateTooNewError, AlreadyRunningError, CacheIoError,
-  CommandFailedError, PullIncompleteError, VmGoneError, InternalError
+  CommandFailedError, PullIncompleteError, VmGoneError, BadRequestError, RegistryError, RegistryAuthError, InternalError
 ] as LayerdErrorClass[]).map(c => [c.code, c]))
 
 /**
@@ -145,10 +169,4 @@ export function withContext (err: LayerdError, context: string): LayerdError {
 export function asLayerdError (err: unknown, context: string): LayerdError {
   if (err instanceof LayerdError) return err
   return new InternalError(`${context}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
-}
-
-/** The first line of an error's message, for one-line CLI output. */
-export function describeError (err: unknown): string {
-  if (err instanceof Error) return err.message.split('\n')[0] ?? String(err)
-  return String(err)
 }

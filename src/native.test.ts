@@ -3,10 +3,26 @@ import { constants } from 'node:fs'
 import { lstat, symlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import { execFileSync } from 'node:child_process'
-import { lgetxattr, llistxattr, lsetxattr, mknod, nativeVersion, readXattrs, XATTR_CREATE } from './native.js'
+import { closeSync, openSync } from 'node:fs'
+import { flock, lgetxattr, llistxattr, lsetxattr, LOCK_EX, LOCK_NB, LOCK_SH, LOCK_UN, mknod, nativeVersion, readXattrs, XATTR_CREATE } from './native.js'
 
-t.test('nativeVersion() reports the xattr/mknod/FUSE server/FastCDC interface', async t => {
-  t.equal(nativeVersion(), 4)
+t.test('nativeVersion() reports the xattr/mknod/FUSE server/FastCDC/flock interface', async t => {
+  t.equal(nativeVersion(), 5)
+})
+
+t.test('flock() takes an exclusive lock once per open file description, and gives it up on LOCK_UN or close', async t => {
+  const path = join(t.testdir(), 'lock')
+  const a = openSync(path, 'a')
+  const b = openSync(path, 'a')
+  t.teardown(() => { try { closeSync(a) } catch {} try { closeSync(b) } catch {} })
+  t.equal(flock(a, LOCK_EX | LOCK_NB), true, 'the first open takes it')
+  t.equal(flock(b, LOCK_EX | LOCK_NB), false, 'a second open of the same file is refused (EWOULDBLOCK), not thrown')
+  t.equal(flock(b, LOCK_SH | LOCK_NB), false, 'a shared lock conflicts too')
+  t.equal(flock(a, LOCK_UN), true)
+  t.equal(flock(b, LOCK_EX | LOCK_NB), true, 'free again after LOCK_UN')
+  closeSync(b)
+  t.equal(flock(a, LOCK_EX | LOCK_NB), true, 'closing the holder releases it')
+  t.throws(() => flock(987654, LOCK_EX | LOCK_NB), { code: 'EBADF', syscall: 'flock' })
 })
 
 t.test('lsetxattr()/lgetxattr()/llistxattr() round-trip binary values without following symlinks', async t => {

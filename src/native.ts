@@ -35,6 +35,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding> {
   mountLoop? (file: string, target: string, fstype: string, flags: number, data: string): void
   mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
   fastcdcNext? (data: Uint8Array, from: number, state: Int32Array, params: Int32Array, gear: Int32Array): number
+  flock? (fd: number, operation: number): boolean
 }
 
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
@@ -125,7 +126,27 @@ export function nativeFastCdcNext (): (data: Uint8Array, from: number, state: In
   return b.fastcdcNext.bind(b)
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC). Sync. */
+/** flock(2) operations, as in <sys/file.h>. */
+export const LOCK_SH = 1
+export const LOCK_EX = 2
+export const LOCK_NB = 4
+export const LOCK_UN = 8
+
+/**
+ * flock(2) on `fd` (from fs.openSync). The lock belongs to the open file
+ * description: it lasts until LOCK_UN or until every fd sharing it is closed
+ * (the process exiting, however it exits). With LOCK_NB: false when another
+ * holder has a conflicting lock, true once taken; without it, blocks. Sync;
+ * throws errno errors (EBADF, EINVAL, ENOLCK), UnsupportedError when the
+ * addon is missing or older than version 5.
+ */
+export function flock (fd: number, operation: number): boolean {
+  const b = load()
+  if (b.flock === undefined) throw new UnsupportedError('layerd native addon has no flock (built before version 5): run `npm run build`')
+  return b.flock(fd, operation)
+}
+
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

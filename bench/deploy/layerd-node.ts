@@ -17,7 +17,7 @@
 import { spawn } from 'node:child_process'
 import { mkdir } from 'node:fs/promises'
 import { ControlClient } from '../../src/daemon/control-client.js'
-import { socketPath } from '../../src/daemon/control-protocol.js'
+import { socketPath, type NodeStats } from '../../src/daemon/control-protocol.js'
 import { connectDaemon, runningDaemonPid } from '../../src/daemon/daemon-launcher.js'
 import { createSandbox } from '../../src/sandbox/create-sandbox.js'
 import { LAYERCTL_JS } from '../bench-report.js'
@@ -60,7 +60,7 @@ export class LayerdNode {
     const node = new LayerdNode(opts)
     const client = await connectDaemon({ home: opts.home })
     try {
-      node.#pid = (await client.call<{ pid: number }>('ping')).pid
+      node.#pid = (await client.call('ping')).pid
     } finally {
       client.close()
     }
@@ -96,7 +96,7 @@ export class LayerdNode {
   async fetchTotals (): Promise<NodeFetchTotals> {
     const client = await ControlClient.connect(socketPath(this.opts.home))
     try {
-      return (await client.call<{ fetch: NodeFetchTotals }>('stats', {})).fetch
+      return (await client.call('stats', {}) as NodeStats).fetch
     } finally {
       client.close()
     }

@@ -4,25 +4,18 @@
  * auth): filesystem storage in a directory, deletes enabled. Images are
  * pushed from OCI layouts with skopeo.
  *
- * Bench-only: may import fixtures/run-command.ts, node built-ins.
+ * Bench-only: may import fixtures/run-command.ts, fixtures/free-port.ts, node built-ins.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { openSync, closeSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
+import { freePort } from '../../fixtures/free-port.js'
 import { runCommand } from '../../fixtures/run-command.js'
 
 const START_TIMEOUT_MS = 20_000
 
-/** A free TCP port on 127.0.0.1 (bound and released; the caller binds it next). Async. */
-export async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
-  const port = (server.address() as { port: number }).port
-  await new Promise(resolve => server.close(resolve))
-  return port
-}
+export { freePort } from '../../fixtures/free-port.js'
 
 export class LocalRegistry {
   readonly port: number

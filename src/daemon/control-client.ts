@@ -1,14 +1,17 @@
 /**
- * layerctl's side of the control socket. A daemon error comes back as a
- * LayerdError with the daemon's code and message.
+ * layerctl's side of the control socket, typed by the map of
+ * control-protocol.ts: `call('mount', params)` takes that method's params
+ * and resolves with its result. A daemon error comes back as a LayerdError
+ * with the daemon's code and message; an answer that is not JSON fails every
+ * call in flight with DaemonUnavailableError (the connection is closed).
  *
  * May import: src/errors.ts, this folder.
  */
 import { connect, type Socket } from 'node:net'
 import {
-  DaemonUnavailableError, ERROR_CLASSES, LayerdError
+  BadRequestError, DaemonUnavailableError, ERROR_CLASSES, LayerdError
 } from '../errors.js'
-import type { ControlResponse } from './control-protocol.js'
+import { MAX_REQUEST_BYTES, type ControlCallArgs, type ControlMethod, type ControlResponse, type ControlResults } from './control-protocol.js'
 
 export const CONNECT_TIMEOUT_MS = 2000
 
@@ -37,12 +40,14 @@ export class ControlClient {
     return new ControlClient(socket)
   }
 
-  /** Call a daemon method. Async; rethrows the daemon's error as a LayerdError. */
-  async call<T = unknown>(method: string, params: unknown = {}): Promise<T> {
+  /** Call a daemon method with its params (see ControlParams). Async; rethrows the daemon's error as a LayerdError. */
+  async call<M extends ControlMethod>(method: M, ...args: ControlCallArgs<M>): Promise<ControlResults[M]> {
     const id = this.#nextId++
+    const line = JSON.stringify({ id, method, params: args[0] ?? {} })
+    if (Buffer.byteLength(line) > MAX_REQUEST_BYTES) throw new BadRequestError(`control request ${method} is ${Buffer.byteLength(line)} bytes, over the ${MAX_REQUEST_BYTES}-byte limit`)
     const result = new Promise<unknown>((resolve, reject) => this.#pending.set(id, { resolve, reject }))
-    this.#socket.write(JSON.stringify({ id, method, params }) + '\n')
-    return await result as T
+    this.#socket.write(line + '\n')
+    return await result as ControlResults[M]
   }
 
   close (): void { this.#socket.destroy() }
@@ -51,8 +56,15 @@ export class ControlClient {
     this.#buffered += data
     let nl: number
     while ((nl = this.#buffered.indexOf('\n')) !== -1) {
-      const res = JSON.parse(this.#buffered.slice(0, nl)) as ControlResponse
+      const line = this.#buffered.slice(0, nl)
       this.#buffered = this.#buffered.slice(nl + 1)
+      let res: ControlResponse
+      try { res = JSON.parse(line) as ControlResponse } catch (err) {
+        this.#failAll(new DaemonUnavailableError(`layerd sent an answer that is not JSON: ${(err as Error).message}`, { cause: err }))
+        this.#socket.destroy()
+        return
+      }
+      if (res.id === null) continue
       const p = this.#pending.get(res.id)
       if (p === undefined) continue
       this.#pending.delete(res.id)

@@ -5,33 +5,162 @@
  *   → { "id": 1, "method": "mount", "params": { … } }
  *   ← { "id": 1, "result": … }   or   { "id": 1, "error": { "code": "ERR_NOT_FOUND", "message": "…" } }
  *
+ * This module is the one map of the API, shared by client and server:
+ * `CONTROL_PARAMS` says, per method, which params it takes and of what JSON
+ * type; the TypeScript param types are derived from it (so the server's
+ * checks and the client's types cannot drift apart), and `ControlResults`
+ * gives each method's result. control-request.ts checks a request line
+ * against the map before any handler runs.
+ *
  * Errors keep their LayerdError code across the socket, so the CLI prints
- * the daemon's message as if it were its own.
+ * the daemon's message as if it were its own. A request the daemon cannot
+ * take (not JSON, not an object, an unknown method, a missing or mistyped
+ * param) is answered with ERR_BAD_REQUEST naming the method and the field;
+ * a request without a usable `id` is answered with `"id": null`.
  *
  * This file, control-client.ts and daemon-launcher.ts are the daemon's
  * client side (the `daemon-client` layer in layers.json): the only part of
  * src/daemon/ that src/sandbox/ and src/cli/ may import. The results that
  * cross the socket are typed here, so clients never import the daemon's
- * internals for a type.
+ * internals for a type (the server's handlers are checked against these
+ * types when the daemon compiles).
  *
- * May import: src/format/ and src/fs/ (types only), node built-ins.
+ * May import: src/errors.ts, src/format/ and src/fs/ (types only), node built-ins.
  */
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { BadRequestError } from '../errors.js'
 import type { Digest } from '../format/digest.js'
 import type { OciImageConfig } from '../format/manifest.js'
 import type { ImageMountStats } from '../fs/image-mount.js'
 
 export const SOCKET_NAME = 'layerd.sock'
 export const PID_FILE_NAME = 'layerd.pid'
-/** A request line longer than this is refused (a client that misbehaves). */
+/** A request line longer than this (bytes, newline excluded) is answered with ERR_BAD_REQUEST and skipped. */
 export const MAX_REQUEST_BYTES = 1024 * 1024
 
 export const socketPath = (home: string): string => join(home, SOCKET_NAME)
 export const pidFilePath = (home: string): string => join(home, PID_FILE_NAME)
 
-export interface ControlRequest { id: number, method: string, params?: unknown }
+export { BadRequestError }
+
+/**
+ * How one param is checked. `string`: a JSON string without NUL; `path`: such
+ * a string that is an absolute path (the daemon does not share the caller's
+ * working directory); `boolean`: true or false. A trailing `?`: may be absent.
+ */
+export type FieldSpec = 'string' | 'string?' | 'path' | 'path?' | 'boolean' | 'boolean?'
+
+const STORE = { store: 'string', s3Endpoint: 'string?' } as const
+
+/** Every method and its params: the runtime half of the map. */
+export const CONTROL_PARAMS = {
+  ping: {},
+  mount: { image: 'string', mountpoint: 'path', ...STORE },
+  umount: { mountpoint: 'path' },
+  mounts: {},
+  image: { image: 'string', ...STORE },
+  blockView: { image: 'string', ...STORE },
+  stats: { mountpoint: 'path?' },
+  prefetch: { mountpoint: 'path', wait: 'boolean?' },
+  pull: { image: 'string', all: 'boolean?', ...STORE },
+  export: { image: 'string', tarFile: 'path?', directory: 'path?', ...STORE },
+  shutdown: {}
+} as const satisfies Record<string, Readonly<Record<string, FieldSpec>>>
+
+export type ControlMethod = keyof typeof CONTROL_PARAMS
+
+type FieldType<S> = S extends 'boolean' | 'boolean?' ? boolean : string
+type Flatten<T> = { [K in keyof T]: T[K] }
+type ParamsFromSpec<S> = Flatten<
+  { [K in keyof S as S[K] extends `${string}?` ? never : K]: FieldType<S[K]> } &
+  { [K in keyof S as S[K] extends `${string}?` ? K : never]?: FieldType<S[K]> }
+>
+
+/** The params of `M`, as the server receives them once checked. */
+export type ControlParams<M extends ControlMethod> = ParamsFromSpec<(typeof CONTROL_PARAMS)[M]>
+
+/** The pid recorded in `<home>/layerd.pid`, or undefined (no file, not a pid). Sync; says nothing about liveness. */
+export function readDaemonPid (home: string): number | undefined {
+  let text: string
+  try { text = readFileSync(pidFilePath(home), 'utf8') } catch { return undefined }
+  const pid = Number(text.trim())
+  return Number.isSafeInteger(pid) && pid > 0 ? pid : undefined
+}
+
+/**
+ * The chunk cache's counters as they cross the socket (src/cache's
+ * ChunkCacheStats, which the daemon's handlers must satisfy). `capBytes` is
+ * null when uncapped (JSON has no Infinity).
+ */
+export interface CacheCounters {
+  bytes: number
+  chunks: number
+  metaBytes: number
+  metaObjects: number
+  pinned: number
+  hits: number
+  misses: number
+  evictions: number
+  rejected: number
+  writeErrors: number
+  capBytes: number | null
+  diskBytes: number
+}
+
+/** What a prefetch that was waited for did (src/cache's PrefetchResult). */
+export interface PrefetchCounts { requested: number, cached: number, fetched: number, failed: number }
+
+export interface PingResult { pid: number, home: string, startedAt: string }
+/** Node-wide counters (`stats` without a mountpoint). */
+export interface NodeStats {
+  cache: CacheCounters
+  fetch: { fetchedBytes: number, fetches: number, corruptChunks: number, storeErrors: number }
+  mounts: number
+  /** This daemon: its pid, and errors nobody awaited (logged with their stack; process-guards.ts). */
+  daemon: { pid: number, unhandledRejections: number }
+}
+/** One mount's counters (`stats` with a mountpoint). */
+export type MountStatsResult = MountStats & { cache: CacheCounters }
+export type PrefetchAnswer = { chunks: number, traced: number } & ({ started: true } | PrefetchCounts)
+export interface PullResult { manifest: string, layers: number, metadataBytes: number, chunks: number, fetchedBytes: number, failed: number }
+export interface ExportResult { manifest: string, entries: number, contentBytes: number, fetchedBytes: number }
+type Empty = Record<string, never>
+
+/** Every method's result: the other half of the map. */
+export interface ControlResults {
+  ping: PingResult
+  mount: MountInfo
+  umount: Empty
+  mounts: MountInfo[]
+  image: SharedImage
+  blockView: BlockViewInfo
+  stats: NodeStats | MountStatsResult
+  prefetch: PrefetchAnswer
+  pull: PullResult
+  export: ExportResult
+  shutdown: Empty
+}
+
+// The two halves name the same methods (a compile error otherwise).
+type SameKeys<A, B> = [Exclude<keyof A, keyof B>, Exclude<keyof B, keyof A>] extends [never, never] ? true : never
+const mapsAgree: SameKeys<typeof CONTROL_PARAMS, ControlResults> = true
+void mapsAgree
+
+/** The server's side: one handler per method, params already checked. */
+export type ControlHandlers = { [M in ControlMethod]: (params: ControlParams<M>) => Promise<ControlResults[M]> }
+
+/** The params argument of a client call: optional when every param is. */
+export type ControlCallArgs<M extends ControlMethod> = object extends ControlParams<M> ? [params?: ControlParams<M>] : [params: ControlParams<M>]
+
+export interface ControlRequest<M extends ControlMethod = ControlMethod> { id: number, method: M, params: ControlParams<M> }
 export interface ControlError { code: string, message: string }
-export type ControlResponse = { id: number, result: unknown } | { id: number, error: ControlError }
+export type ControlResponse = { id: number, result: unknown } | { id: number | null, error: ControlError }
+
+/** Whether `name` is a method of the map (own keys only: `__proto__`, `toString`, … are not). */
+export function isControlMethod (name: string): name is ControlMethod {
+  return Object.hasOwn(CONTROL_PARAMS, name)
+}
 
 /** What a sandbox needs to run an image: its read-only root and its config. */
 export interface SharedImage { mountpoint: string, manifest: string, config: OciImageConfig, mountMs: number }

@@ -2,18 +2,23 @@
  * Finding or starting the node's layerd: layerctl calls `connectDaemon()`,
  * which connects to `<home>/layerd.sock` and, when nothing answers, starts
  * layerd in the background (detached, logging to `<home>/layerd.log`) and
- * waits for it. A stale socket or pid file from a killed daemon is cleared.
+ * waits for it. The client never removes or rewrites the daemon's files
+ * (socket, pid file, lock): starting one more daemon is always safe, since
+ * the home's lock (home-lock.ts) lets exactly one run; a start that finds
+ * the lock taken exits with ALREADY_RUNNING, and the client goes on waiting
+ * for the daemon that holds it. A daemon clears what a killed one left, under
+ * the lock.
  *
  * May import: src/errors.ts, src/state/, this folder.
  */
 import { spawn } from 'node:child_process'
-import { openSync, closeSync, readFileSync, rmSync } from 'node:fs'
+import { openSync, closeSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { DaemonUnavailableError } from '../errors.js'
 import { ensureHomeDir } from '../state/node-db.js'
 import { ControlClient } from './control-client.js'
-import { pidFilePath, socketPath } from './control-protocol.js'
+import { readDaemonPid, socketPath } from './control-protocol.js'
 
 export const DAEMON_START_TIMEOUT_MS = 15_000
 const POLL_MS = 50
@@ -29,12 +34,14 @@ export interface DaemonOptions {
   autoStart?: boolean
 }
 
-/** The pid in `<home>/layerd.pid` if that process is alive. */
+/** The exit code of a layerd that found another one holding the home's lock (LAYERD_EXIT.ALREADY_RUNNING). */
+const EXIT_ALREADY_RUNNING = 3
+
+/** The pid in `<home>/layerd.pid` if that process is alive (informational: the lock decides who runs). */
 export function runningDaemonPid (home: string): number | undefined {
-  let pid: number
-  try { pid = Number(readFileSync(pidFilePath(home), 'utf8').trim()) } catch { return undefined }
-  if (!Number.isSafeInteger(pid) || pid <= 0) return undefined
-  try { process.kill(pid, 0); return pid } catch { return undefined }
+  const pid = readDaemonPid(home)
+  if (pid === undefined) return undefined
+  try { process.kill(pid, 0); return pid } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' ? pid : undefined }
 }
 
 /** Connect to the daemon, starting it if needed. Throws DaemonUnavailableError naming the log file when it does not come up. */
@@ -43,21 +50,27 @@ export async function connectDaemon (opts: DaemonOptions): Promise<ControlClient
   try { return await ControlClient.connect(sock) } catch (err) {
     if (opts.autoStart === false) throw err
   }
-  if (runningDaemonPid(opts.home) === undefined) {
-    rmSync(pidFilePath(opts.home), { force: true })
-    startDaemon(opts)
-  }
+  const started = startDaemon(opts)
   const log = join(opts.home, 'layerd.log')
   const deadline = Date.now() + DAEMON_START_TIMEOUT_MS
   let last: unknown
   while (Date.now() < deadline) {
     await new Promise(resolve => setTimeout(resolve, POLL_MS))
     try { return await ControlClient.connect(sock) } catch (err) { last = err }
+    const code = started.exitCode
+    // Our start lost the lock to another daemon: wait for that one. Any other exit is a failed start.
+    if (code !== undefined && code !== EXIT_ALREADY_RUNNING) {
+      throw new DaemonUnavailableError(`layerd exited with code ${code ?? 'null (killed by a signal)'} while starting; see ${log}`, { cause: last })
+    }
   }
-  throw new DaemonUnavailableError(`layerd did not start within ${DAEMON_START_TIMEOUT_MS} ms; see ${log}`, { cause: last })
+  const holder = runningDaemonPid(opts.home)
+  throw new DaemonUnavailableError(holder === undefined
+    ? `layerd did not start within ${DAEMON_START_TIMEOUT_MS} ms; see ${log}`
+    : `layerd (pid ${holder}) holds ${opts.home} but does not answer on ${sock} within ${DAEMON_START_TIMEOUT_MS} ms; see ${log}`, { cause: last })
 }
 
-function startDaemon (opts: DaemonOptions): void {
+/** Start a detached layerd; `exitCode` is set if it exits while we wait (undefined while it runs). */
+function startDaemon (opts: DaemonOptions): { exitCode: number | null | undefined } {
   ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
@@ -65,7 +78,10 @@ function startDaemon (opts: DaemonOptions): void {
       detached: true,
       stdio: ['ignore', logFd, logFd]
     })
+    const state: { exitCode: number | null | undefined } = { exitCode: undefined }
+    child.once('exit', code => { state.exitCode = code })
     child.unref()
+    return state
   } finally {
     closeSync(logFd)
   }

@@ -3,25 +3,30 @@
  * opens it), the stores, the mounts and the control socket; everything that
  * reads chunks goes through it so the cache is shared and survives.
  *
- * Lifecycle: `start()` takes the pid file (refusing if another daemon is
- * alive), opens the cache, recovers mounts left by a killed daemon, and
- * listens. `stop()` unmounts everything, closes the cache and removes the
- * socket and pid file. Both idempotent.
+ * Lifecycle: `start()` takes the home's lock (home-lock.ts; refusing with
+ * AlreadyRunningError while another daemon holds it) and writes the pid
+ * file, opens the cache, recovers mounts left by a killed daemon, and
+ * listens. `stop()` unmounts everything, closes the cache, removes the
+ * socket and pid file and drops the lock. Both idempotent.
  *
  * May import: everything below src/daemon.
  */
-import { openSync, writeSync, closeSync, readFileSync, rmSync } from 'node:fs'
+import { rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { AlreadyRunningError, PullIncompleteError, UsageError } from '../errors.js'
+import { PullIncompleteError } from '../errors.js'
 import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import { exportImage, type ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
-import { pidFilePath, socketPath } from './control-protocol.js'
+import { AlreadyRunningError, HomeLock } from './home-lock.js'
+import { unhandledRejectionCount } from './process-guards.js'
+import {
+  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type PullResult
+} from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
-import { StorePool, type StoreLocation } from './store-pool.js'
+import { StorePool } from './store-pool.js'
 
 export interface DaemonConfig {
   home: string
@@ -30,6 +35,8 @@ export interface DaemonConfig {
   /** Mount again what a killed daemon had mounted. */
   restoreMounts: boolean
   log: (line: string) => void
+  /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
+  lockWaitMs?: number
   /**
    * Node upkeep that runs once per start, after the mounts are recovered and
    * before the socket listens; a failure is logged, never fatal. layerd/main.ts
@@ -39,13 +46,15 @@ export interface DaemonConfig {
   sweepAtStart?: (db: NodeDb, log: (line: string) => void) => Promise<void>
 }
 
-/** Documented exit codes of `layerd`. */
-export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4 } as const
+/**
+ * Documented exit codes of `layerd`: 0 after a clean stop; 1 when a stop
+ * failed; 2 bad flags; 3 another daemon holds the home's lock; 4 the home or
+ * cache cannot be opened; 5 a fatal internal error (an uncaught exception,
+ * logged with its stack; process-guards.ts), after which a holder restarts it.
+ */
+export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, FATAL: 5 } as const
 
 export { AlreadyRunningError }
-
-interface PullParams extends StoreLocation { image: string, all?: boolean }
-interface ExportParams extends StoreLocation { image: string, tarFile?: string, directory?: string }
 
 export class LayerdDaemon {
   readonly config: DaemonConfig
@@ -55,6 +64,7 @@ export class LayerdDaemon {
   #mounts: MountManager | undefined
   #blockViews: BlockViews | undefined
   #server: ControlServer | undefined
+  #lock: HomeLock | undefined
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
 
@@ -67,8 +77,9 @@ export class LayerdDaemon {
   async start (): Promise<void> {
     const { home, log } = this.config
     ensureHomeDir(home)
-    this.#takePidFile()
+    this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? 0)
     try {
+      this.#lock.writePidFile()
       this.#db = openNodeDb(home)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
@@ -95,34 +106,43 @@ export class LayerdDaemon {
       await this.#cache?.close()
       this.#db?.close()
       rmSync(socketPath(this.config.home), { force: true })
-      this.#releasePidFile()
+      this.#lock?.release()
     })()
     await this.#stopping
   }
 
-  #handlers (): Record<string, (params: any) => Promise<unknown>> {
+  /** The control API (control-protocol.ts): params arrive checked against the map. */
+  #handlers (): ControlHandlers {
     const mounts = this.#mounts!
     return {
       ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString() }),
       mount: async p => await mounts.mount(p),
-      umount: async (p: { mountpoint: string }) => { await mounts.unmount(p.mountpoint); return {} },
+      umount: async p => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
       image: async p => await mounts.shared(p),
       blockView: async p => await this.#blockViews!.ensure(p),
-      stats: async (p: { mountpoint?: string }) => p.mountpoint === undefined
-        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length }
+      stats: async p => p.mountpoint === undefined
+        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount() } }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
-      prefetch: async (p: { mountpoint: string, wait?: boolean }) => {
+      prefetch: async p => {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
         return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
       },
-      pull: async (p: PullParams) => await this.#pull(p),
-      export: async (p: ExportParams) => await this.#export(p),
-      shutdown: async () => { setImmediate(() => { void this.stop().then(() => process.exit(LAYERD_EXIT.OK)) }); return {} }
+      pull: async p => await this.#pull(p),
+      export: async p => await this.#export(p),
+      shutdown: async () => {
+        setImmediate(() => {
+          this.stop().then(() => process.exit(LAYERD_EXIT.OK), err => {
+            this.config.log(`shutdown failed: ${(err as Error)?.stack ?? String(err)}`)
+            process.exit(LAYERD_EXIT.FAILURE)
+          })
+        })
+        return {}
+      }
     }
   }
 
-  async #pull (p: PullParams): Promise<unknown> {
+  async #pull (p: ControlParams<'pull'>): Promise<PullResult> {
     const { store, fetcher } = this.#stores!.get(p)
     const image = await loadImage(store, p.image, { cache: this.#cache! })
     const result = { manifest: image.digest, layers: image.tocs.length, metadataBytes: image.fetchedBytes, chunks: 0, fetchedBytes: 0, failed: 0 }
@@ -137,43 +157,15 @@ export class LayerdDaemon {
     return result
   }
 
-  async #export (p: ExportParams): Promise<unknown> {
-    const target: ExportTarget | undefined = p.tarFile !== undefined ? { tarFile: p.tarFile } : p.directory !== undefined ? { directory: p.directory } : undefined
-    if (target === undefined) throw new UsageError('export needs a tar file or a directory')
+  async #export (p: ControlParams<'export'>): Promise<ExportResult> {
+    if ((p.tarFile === undefined) === (p.directory === undefined)) {
+      throw new BadRequestError(`control request export: exactly one of params.tarFile and params.directory is needed, got ${p.tarFile === undefined ? 'neither' : 'both'}`)
+    }
+    const target: ExportTarget = p.tarFile !== undefined ? { tarFile: p.tarFile } : { directory: p.directory! }
     const { store, fetcher } = this.#stores!.get(p)
     const image = await loadImage(store, p.image, { cache: this.#cache! })
     const before = fetcher.stats.fetchedBytes
     const result = await exportImage(image, fetcher, target)
     return { manifest: image.digest, ...result, fetchedBytes: fetcher.stats.fetchedBytes - before }
   }
-
-  #takePidFile (): void {
-    const path = pidFilePath(this.config.home)
-    for (let attempt = 0; attempt < 2; attempt++) {
-      try {
-        const fd = openSync(path, 'wx', 0o600)
-        writeSync(fd, `${process.pid}\n`)
-        closeSync(fd)
-        return
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
-        const pid = Number(readFileSync(path, 'utf8').trim())
-        if (Number.isSafeInteger(pid) && pid > 0 && pid !== process.pid && isAlive(pid)) {
-          throw new AlreadyRunningError(`layerd is already running for ${this.config.home} (pid ${pid})`)
-        }
-        rmSync(path, { force: true }) // stale: its process is gone
-      }
-    }
-  }
-
-  #releasePidFile (): void {
-    const path = pidFilePath(this.config.home)
-    try {
-      if (Number(readFileSync(path, 'utf8').trim()) === process.pid) rmSync(path, { force: true })
-    } catch {}
-  }
-}
-
-function isAlive (pid: number): boolean {
-  try { process.kill(pid, 0); return true } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' }
 }

@@ -9,6 +9,7 @@
  * | manifests/<hex>              | zstd(image manifest), addressed by sha256   |
  * | refs/<urlencoded name>/<tag> | ref record (JSON): current + history        |
  * | layer-by-diff/<diff_id hex>  | the TOC digest of a layer pushed from a tar with that diff_id (a hint: verified on use) |
+ * | layer-by-blob/<digest hex>   | the TOC digest of a layer pushed from a stored (compressed) blob with that digest, e.g. a registry layer (a hint: verified on use) |
  *
  * Every content-addressed object is verified against its key on read.
  */
@@ -20,12 +21,15 @@ export const LAYERS_PREFIX = 'layers/'
 export const MANIFESTS_PREFIX = 'manifests/'
 export const REFS_PREFIX = 'refs/'
 export const LAYER_BY_DIFF_PREFIX = 'layer-by-diff/'
+export const LAYER_BY_BLOB_PREFIX = 'layer-by-blob/'
 
 export const blobKey = (hex: string): string => BLOBS_PREFIX + hex
 export const blobIndexKey = (hex: string): string => BLOB_INDEX_PREFIX + hex
 export const layerKey = (hex: string): string => LAYERS_PREFIX + hex
 export const manifestKey = (hex: string): string => MANIFESTS_PREFIX + hex
 export const layerByDiffKey = (diffHex: string): string => LAYER_BY_DIFF_PREFIX + diffHex
+/** Key of the hint for the layer whose stored blob (OCI descriptor digest: compressed bytes) has this sha256 hex. */
+export const layerByBlobKey = (blobHex: string): string => LAYER_BY_BLOB_PREFIX + blobHex
 export const refKey = (ref: ImageRef): string => `${REFS_PREFIX}${encodeURIComponent(ref.name)}/${ref.tag}`
 
 /** Inverse of refKey for listings; undefined for keys that are not refs. */

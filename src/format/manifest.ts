@@ -53,7 +53,12 @@ export interface ImageManifest {
   blockView?: Digest
 }
 
-export interface RefVersion { manifest: Digest, at: string }
+export interface RefVersion {
+  manifest: Digest
+  at: string
+  /** Where this version was pushed from (`docker://host/repo:tag`, `oci:DIR:TAG`, a path) and that source's manifest digest. */
+  source?: { reference: string, manifest?: Digest, index?: Digest }
+}
 
 export interface RefRecord {
   name: string

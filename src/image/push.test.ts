@@ -146,10 +146,10 @@ t.test('pushImage() leaves no ref when the store fails mid-push, and a rerun upl
   t.ok(await memory.stat(layerKey(digestHex(rerun.layers[0]!.digest))))
 })
 
-t.test('pushImage() skips a layer the store holds under its declared diff_id, and distrusts a lying hint', async t => {
+t.test('pushImage() skips a layer the store holds under its declared blob digest or diff_id, and distrusts lying hints', async t => {
   const d = t.testdir()
   const { writeOciLayout } = await import('../../fixtures/oci-layout.js')
-  const { layerByDiffKey } = await import('../format/keys.js')
+  const { layerByBlobKey, layerByDiffKey } = await import('../format/keys.js')
   const tar = buildLayerTar([dir('lib'), largeFile('lib/big.so', 1024 * 1024, 'shared-base')])
   const top = buildLayerTar([file('app.txt', 'task 1')])
   const info = await writeOciLayout(join(d, 'img'), { layers: [{ tar }, { tar: top }] })
@@ -159,12 +159,18 @@ t.test('pushImage() skips a layer the store holds under its declared diff_id, an
   t.notOk(first.layers[0]!.skipped)
   const again = await pushImage(join(d, 'img'), parseRef('test/img:again'), o)
   t.same(again.layers.map(l => l.skipped), [true, true], 'both layers recognised without reading them')
+  t.same(again.layers.map(l => l.skippedBy), ['blob', 'blob'], 'by their blob digests (layer-by-blob)')
   t.equal(again.manifest, first.manifest, 'the same manifest')
-  // A hint that names the other layer's TOC must not be believed.
+  await store.delete(layerByBlobKey(digestHex(info.layers[0]!.digest)))
+  const byDiff = await pushImage(join(d, 'img'), parseRef('test/img:by-diff'), o)
+  t.equal(byDiff.layers[0]!.skippedBy, 'diff', 'without the blob hint, by its diff_id')
+  t.ok(await store.stat(layerByBlobKey(digestHex(info.layers[0]!.digest))), 'and the blob hint is recorded again')
+  // Hints that name the other layer's TOC must not be believed.
   const diffHex = digestHex(info.layers[0]!.diffId)
   await store.put(layerByDiffKey(diffHex), Buffer.from(first.layers[1]!.digest))
+  await store.put(layerByBlobKey(digestHex(info.layers[0]!.digest)), Buffer.from(first.layers[1]!.digest))
   const third = await pushImage(join(d, 'img'), parseRef('test/img:third'), o)
-  t.notOk(third.layers[0]!.skipped, 'a hint whose TOC records another diff_id is ignored')
+  t.notOk(third.layers[0]!.skipped, 'hints whose TOC records another diff_id are ignored')
   t.equal(third.layers[0]!.digest, first.layers[0]!.digest, 'and the layer is read and stored as before')
 })
 

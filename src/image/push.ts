@@ -25,10 +25,11 @@ import { ChunkIndex } from './chunk-index.js'
 import { writeLayer, type LayerWriteStats, type PushSession } from './layer-writer.js'
 import { encodeManifestObject, encodeTocObject } from './metadata-objects.js'
 import { updateRef } from './refs.js'
-import { findLayerByDiffId, recordLayerByDiffId, storedLayerStats } from './known-layers.js'
+import { findKnownLayer, recordLayerByBlob, recordLayerByDiffId, storedLayerStats } from './known-layers.js'
 import type { LoadedImage } from './load-image.js'
-import { openImageSource } from './sources/open-image-source.js'
-import type { ImageSource, OpenImageSourceOptions } from './sources/image-source.js'
+import type { ImageSource } from './sources/image-source.js'
+import { openSource, type OpenSourceOptions } from './sources/open-source.js'
+import { parseSourceSpec } from './sources/source-spec.js'
 
 export interface PushProgress {
   layerStart?: (i: number, count: number, name: string, inputBytes: number | undefined) => void
@@ -36,7 +37,7 @@ export interface PushProgress {
   layerDone?: (i: number, count: number, result: PushedLayer) => void
 }
 
-export interface PushOptions extends OpenImageSourceOptions {
+export interface PushOptions extends OpenSourceOptions {
   store: ObjectStore
   db: NodeDb
   /** Chunk sizes and zstd level; default per-file FastCDC 8/32/128 KiB, level 3 (bench/chunking.ts). */
@@ -57,8 +58,10 @@ export interface PushedLayer extends LayerWriteStats {
   diffId: Digest
   /** True when the TOC object was already in the store (the whole layer deduplicated). */
   existed: boolean
-  /** True when the layer was recognised by its declared diff_id and not read at all. */
+  /** True when the layer was recognised by its declared blob digest or diff_id and not read at all. */
   skipped?: boolean
+  /** How a skipped layer was recognised: its stored blob's digest, or its diff_id. */
+  skippedBy?: 'blob' | 'diff'
 }
 
 export interface PushResult {
@@ -69,9 +72,13 @@ export interface PushResult {
   uploadedBytes: number
 }
 
-/** Push the image at `path` as `ref`. Async; the ref changes only if everything else succeeded. */
-export async function pushImage (path: string, ref: ImageRef, opts: PushOptions): Promise<PushResult> {
-  const source = await openImageSource(path, opts)
+/**
+ * Push the image `src` names (source-spec.ts: `docker://…`, `oci:DIR[:TAG]`,
+ * `oci-archive:FILE[:TAG]`, `docker-archive:FILE[:REF]`, or a path) as
+ * `ref`. Async; the ref changes only if everything else succeeded.
+ */
+export async function pushImage (src: string, ref: ImageRef, opts: PushOptions): Promise<PushResult> {
+  const source = await openSource(parseSourceSpec(src), opts)
   try {
     return await pushSource(source, ref, opts)
   } finally {
@@ -90,7 +97,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
   // push's CPU samples, on its busiest thread too. Dedup within this push is the session's, unaffected.
   const storeWasEmpty = index.isEmpty()
   const dedup = opts.db.memory || storeWasEmpty ? undefined : { dbPath: opts.db.name, storeUrl: store.url }
-  const stored: Pick<ChunkIndex, 'lookup'> = storeWasEmpty ? { lookup: () => undefined } : index
+  const storedChunks: Pick<ChunkIndex, 'lookup'> = storeWasEmpty ? { lookup: () => undefined } : index
   const chunking = new ChunkingPool({ params: { ...params, ...(dedup === undefined ? {} : { dedup }) }, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
   const packer = new BlobPacker(store, index, { targetBytes: opts.packBytes })
   const session: PushSession = new Map()
@@ -99,18 +106,22 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
   let metadataBytes = 0
   try {
     const count = source.layers.length
+    // Layers the store holds already (by blob digest, else diff_id) are never read, or downloaded.
+    const known = await Promise.all(source.layers.map(async l => await findKnownLayer(store, { blobDigest: l.declaredBlobDigest, diffId: l.declaredDiffId })))
+    source.prefetchLayers?.(known.flatMap((k, i) => (k === undefined ? [i] : [])))
     for (const [i, layer] of source.layers.entries()) {
       opts.progress?.layerStart?.(i, count, layer.name, layer.inputBytes)
-      const known = layer.declaredDiffId === undefined ? undefined : await findLayerByDiffId(store, layer.declaredDiffId)
-      if (known !== undefined) {
-        tocs.push(known.toc)
-        const pushed: PushedLayer = { ...storedLayerStats(known.toc), digest: known.digest, diffId: known.toc.diffId as Digest, existed: true, skipped: true }
+      const stored = known[i]
+      if (stored !== undefined) {
+        tocs.push(stored.toc)
+        if (stored.by === 'diff' && layer.declaredBlobDigest !== undefined) await recordLayerByBlob(store, layer.declaredBlobDigest, stored.digest)
+        const pushed: PushedLayer = { ...storedLayerStats(stored.toc), digest: stored.digest, diffId: stored.toc.diffId as Digest, existed: true, skipped: true, skippedBy: stored.by }
         layers.push(pushed)
         opts.progress?.layerDone?.(i, count, pushed)
         continue
       }
       const { toc, stats } = await writeLayer(layer, {
-        chunking, packer, index: stored, session,
+        chunking, packer, index: storedChunks, session,
         onProgress: bytes => opts.progress?.layerBytes?.(i, bytes)
       })
       const object = encodeTocObject(toc)
@@ -121,6 +132,8 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
         metadataBytes += object.bytes.length
       }
       await recordLayerByDiffId(store, toc.diffId as Digest, object.digest)
+      // Recorded only now: reading the layer verified its blob against this digest.
+      if (layer.declaredBlobDigest !== undefined) await recordLayerByBlob(store, layer.declaredBlobDigest, object.digest)
       tocs.push(toc)
       const pushed: PushedLayer = { ...stats, digest: object.digest, diffId: toc.diffId as Digest, existed }
       layers.push(pushed)
@@ -152,7 +165,7 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
   const object = encodeManifestObject(manifest)
   await store.put(manifestKey(digestHex(object.digest)), object.bytes)
   metadataBytes += object.bytes.length
-  await updateRef(store, ref, object.digest)
+  await updateRef(store, ref, object.digest, new Date(), source.origin ?? { reference: source.name })
   return { ref, manifest: object.digest, layers, uploadedBytes: packer.stats.uploadedBytes + metadataBytes }
 }
 

@@ -11,7 +11,7 @@
 import { NotFoundError } from '../errors.js'
 import type { Digest } from '../format/digest.js'
 import { REFS_PREFIX, refFromKey, refKey } from '../format/keys.js'
-import { decodeRefRecord, encodeJson, type RefRecord } from '../format/manifest.js'
+import { decodeRefRecord, encodeJson, type RefRecord, type RefVersion } from '../format/manifest.js'
 import { formatRef, type ImageRef } from '../format/ref.js'
 import type { ObjectStore } from '../store/object-store.js'
 
@@ -36,14 +36,19 @@ export async function resolveRef (store: Pick<ObjectStore, 'get' | 'url'>, ref: 
   return record.history[0]!.manifest
 }
 
-/** Point the ref at `manifest`, keeping the previous versions. A no-op when it already does. */
-export async function updateRef (store: Pick<ObjectStore, 'get' | 'put' | 'url'>, ref: ImageRef, manifest: Digest, now = new Date()): Promise<RefRecord> {
+/**
+ * Point the ref at `manifest` (pushed from `source`, when given), keeping
+ * the previous versions. A no-op when it already does, from the same source.
+ */
+export async function updateRef (store: Pick<ObjectStore, 'get' | 'put' | 'url'>, ref: ImageRef, manifest: Digest, now = new Date(), source?: RefVersion['source']): Promise<RefRecord> {
   const current = await readRef(store, ref)
-  if (current?.history[0]?.manifest === manifest) return current
+  const head = current?.history[0]
+  if (head?.manifest === manifest && (source === undefined || JSON.stringify(head.source) === JSON.stringify(source))) return current!
+  const version: RefVersion = { manifest, at: now.toISOString(), ...(source === undefined ? {} : { source }) }
   const record: RefRecord = {
     name: ref.name,
     tag: ref.tag,
-    history: [{ manifest, at: now.toISOString() }, ...(current?.history ?? [])].slice(0, MAX_REF_HISTORY)
+    history: [version, ...(current?.history ?? [])].slice(0, MAX_REF_HISTORY)
   }
   await store.put(refKey(ref), encodeJson(record))
   return record

@@ -15,7 +15,6 @@ import { join } from 'node:path'
 import { DaemonUnavailableError, UnsupportedError } from '../errors.js'
 import type { OciImageConfig } from '../format/manifest.js'
 import { connectDaemon } from '../daemon/daemon-launcher.js'
-import type { BlockViewInfo, SharedImage } from '../daemon/control-protocol.js'
 import { overlayPaths } from '../runtime/overlay/sandbox-overlay.js'
 import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
 import { SandboxRegistry, type SandboxRecord } from '../runtime/sandbox-registry.js'
@@ -64,10 +63,10 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
   let exposure: { rootfs?: string, blockView?: string, manifest: string, config: OciImageConfig, ms: number }
   try {
     if (isVm) {
-      const view = await daemon.call<BlockViewInfo>('blockView', where)
+      const view = await daemon.call('blockView', where)
       exposure = { blockView: view.path, manifest: view.manifest, config: view.config, ms: view.buildMs }
     } else {
-      const shared = await daemon.call<SharedImage>('image', where)
+      const shared = await daemon.call('image', where)
       exposure = { rootfs: shared.mountpoint, manifest: shared.manifest, config: shared.config, ms: shared.mountMs }
     }
   } finally {

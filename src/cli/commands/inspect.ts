@@ -12,10 +12,17 @@ export const inspectCommand: Command = {
   options: {},
   async run (ctx, { positionals }) {
     if (positionals.length !== 1) throw new UsageError(`inspect takes one NAME:TAG; usage: ${this.usage}`)
-    const [{ inspectImage }, { loadImage }] = await Promise.all([import('../../image/inspect.js'), import('../../image/load-image.js')])
-    const report = inspectImage(await loadImage(ctx.store(), parseRef(positionals[0]!)))
+    const [{ inspectImage }, { loadImage }, { readRef }] = await Promise.all([import('../../image/inspect.js'), import('../../image/load-image.js'), import('../../image/refs.js')])
+    const ref = parseRef(positionals[0]!)
+    const image = await loadImage(ctx.store(), ref)
+    const version = (await readRef(ctx.store(), ref))?.history.find(v => v.manifest === image.digest)
+    const report = { ...inspectImage(image), ...(version?.source === undefined ? {} : { source: version.source }) }
     if (ctx.json) { ctx.out(JSON.stringify(report, null, 2)); return 0 }
     ctx.out(`manifest   ${report.manifest}`)
+    if (report.source !== undefined) {
+      const s = report.source
+      ctx.out(`source     ${s.reference}${s.manifest === undefined ? '' : ` (manifest ${s.manifest}${s.index === undefined ? '' : `, from index ${s.index}`})`}`)
+    }
     ctx.out(`size       ${formatBytes(report.imageBytes)} of file content, ${formatBytes(report.storedBytes)} stored (compressed, distinct chunks)`)
     ctx.out(`dedup      ${report.dedupRatio.toFixed(2)}x within the image`)
     report.layers.forEach((l, i) => ctx.out(`layer ${i + 1}    ${shortDigest(l.digest)}  ${formatBytes(l.plainBytes).padStart(9)}  ` +

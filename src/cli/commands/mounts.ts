@@ -3,7 +3,6 @@ import { UsageError } from '../../errors.js'
 import type { Command } from '../command.js'
 import { absolute, daemonFor, storeParams } from '../daemon-client.js'
 import { formatBytes } from '../human-units.js'
-import type { MountInfo, MountStats } from '../../daemon/control-protocol.js'
 
 export const mountCommand: Command = {
   name: 'mount',
@@ -13,7 +12,7 @@ export const mountCommand: Command = {
   async run (ctx, { positionals }) {
     if (positionals.length !== 2) throw new UsageError(`mount takes NAME:TAG and DIR; usage: ${this.usage}`)
     const daemon = await daemonFor(ctx)
-    const info = await daemon.call<MountInfo>('mount', { image: positionals[0], mountpoint: absolute(positionals[1]!), ...storeParams(ctx) })
+    const info = await daemon.call('mount', { image: positionals[0], mountpoint: absolute(positionals[1]!), ...storeParams(ctx) })
     ctx.out(ctx.json ? JSON.stringify(info) : `mounted ${info.image} (${info.manifest}) at ${info.mountpoint} in ${info.mountMs.toFixed(0)} ms`)
     return 0
   }
@@ -37,7 +36,7 @@ export const mountsCommand: Command = {
   usage: 'layerctl mounts [--json]',
   options: {},
   async run (ctx) {
-    const list = await (await daemonFor(ctx)).call<MountInfo[]>('mounts')
+    const list = await (await daemonFor(ctx)).call('mounts')
     if (ctx.json) { ctx.out(JSON.stringify(list)); return 0 }
     for (const m of list) ctx.out(`${m.mountpoint}  ${m.image}  ${m.manifest.slice(0, 19)}  ${m.store}`)
     return 0
@@ -52,8 +51,8 @@ export const statsCommand: Command = {
   async run (ctx, { positionals }) {
     if (positionals.length > 1) throw new UsageError(`stats takes at most one DIR; usage: ${this.usage}`)
     const params = positionals.length === 1 ? { mountpoint: absolute(positionals[0]!) } : {}
-    const s = await (await daemonFor(ctx)).call<MountStats & Record<string, unknown>>('stats', params)
-    if (ctx.json || positionals.length === 0) { ctx.out(JSON.stringify(s, null, ctx.json ? undefined : 2)); return 0 }
+    const s = await (await daemonFor(ctx)).call('stats', params)
+    if (ctx.json || !('mountpoint' in s)) { ctx.out(JSON.stringify(s, null, ctx.json ? undefined : 2)); return 0 }
     const pct = s.storedBytes === 0 ? 0 : (100 * s.fetchedBytes) / s.storedBytes
     ctx.out(`${s.mountpoint} (${s.image})`)
     ctx.out(`fetched   ${formatBytes(s.fetchedBytes)} of ${formatBytes(s.storedBytes)} stored (${pct.toFixed(1)}%), image ${formatBytes(s.imageBytes)}`)
@@ -70,7 +69,7 @@ export const prefetchCommand: Command = {
   options: { wait: { type: 'boolean' } },
   async run (ctx, { values, positionals }) {
     if (positionals.length !== 1) throw new UsageError(`prefetch takes DIR; usage: ${this.usage}`)
-    const r = await (await daemonFor(ctx)).call<{ chunks: number, traced: number }>('prefetch', { mountpoint: absolute(positionals[0]!), wait: values.wait === true })
+    const r = await (await daemonFor(ctx)).call('prefetch', { mountpoint: absolute(positionals[0]!), wait: values.wait === true })
     ctx.out(ctx.json
       ? JSON.stringify(r)
       : `prefetch${values.wait === true ? 'ed' : 'ing'} ${r.chunks} chunks (${r.traced} from this image's access trace first)${values.wait === true ? '' : ' in the background'}`)

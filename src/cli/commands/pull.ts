@@ -13,7 +13,7 @@ export const pullCommand: Command = {
   async run (ctx, { values, positionals }) {
     if (positionals.length !== 1) throw new UsageError(`pull takes one NAME:TAG; usage: ${this.usage}`)
     parseRef(positionals[0]!)
-    const r = await (await daemonFor(ctx)).call<{ manifest: string, layers: number, chunks: number, fetchedBytes: number, metadataBytes: number }>(
+    const r = await (await daemonFor(ctx)).call(
       'pull', { image: positionals[0], all: values.all === true, ...storeParams(ctx) })
     ctx.out(ctx.json ? JSON.stringify(r) : `${positionals[0]}: ${r.manifest}, ${r.layers} layer(s); fetched ${formatBytes(r.metadataBytes + r.fetchedBytes)}` +
       (values.all === true ? ` (${r.chunks} chunks)` : ''))
@@ -32,7 +32,7 @@ export const exportCommand: Command = {
     }
     parseRef(positionals[0]!)
     const target = values.output !== undefined ? { tarFile: absolute(values.output as string) } : { directory: absolute(values.directory as string) }
-    const r = await (await daemonFor(ctx)).call<{ entries: number, contentBytes: number, fetchedBytes: number }>(
+    const r = await (await daemonFor(ctx)).call(
       'export', { image: positionals[0], ...target, ...storeParams(ctx) })
     ctx.out(ctx.json ? JSON.stringify(r) : `exported ${positionals[0]}: ${r.entries} entries, ${formatBytes(r.contentBytes)}; fetched ${formatBytes(r.fetchedBytes)}`)
     return 0

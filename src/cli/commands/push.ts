@@ -8,11 +8,16 @@ import { formatBytes, parseSize } from '../human-units.js'
 
 export const pushCommand: Command = {
   name: 'push',
-  summary: 'push an OCI layout, OCI archive, docker-archive, rootfs tar (plain/gzip/zstd) or directory as NAME:TAG',
-  usage: 'layerctl push SRC NAME:TAG [--strict] [--max-layer-size SIZE]',
+  summary: 'push a registry image (docker://), OCI layout or archive, docker-archive, rootfs tar (plain/gzip/zstd) or directory as NAME:TAG',
+  usage: 'layerctl push SRC NAME:TAG [--strict] [--max-layer-size SIZE] [--platform OS/ARCH[/VARIANT]] [--creds USER:PASS] [--cert-dir DIR] [--tls-verify=false]\n' +
+    '  SRC: docker://HOST[:PORT]/REPO[:TAG|@DIGEST] | oci:DIR[:TAG] | oci-archive:FILE[:TAG] | docker-archive:FILE[:REF] | PATH',
   options: {
     strict: { type: 'boolean' },
-    'max-layer-size': { type: 'string' }
+    'max-layer-size': { type: 'string' },
+    platform: { type: 'string' },
+    creds: { type: 'string' },
+    'cert-dir': { type: 'string' },
+    'tls-verify': { type: 'string' }
   },
   async run (ctx, { values, positionals }) {
     if (positionals.length !== 2) throw new UsageError(`push takes SRC and NAME:TAG; usage: ${this.usage}`)
@@ -22,11 +27,20 @@ export const pushCommand: Command = {
     if (maxLayer === null || (values['max-layer-size'] !== undefined && maxLayer === undefined)) {
       throw new UsageError(`invalid --max-layer-size ${JSON.stringify(values['max-layer-size'])}: use a size such as 10G`)
     }
-    const { pushImage } = await import('../../image/push.js') // loaded on use: other commands start faster
+    const tlsVerify = values['tls-verify'] === undefined ? true : parseBool(values['tls-verify'] as string, '--tls-verify')
+    const [{ pushImage }, { parsePlatform }] = await Promise.all([import('../../image/push.js'), import('../../registry/manifests.js')]) // loaded on use: other commands start faster
+    const registry = {
+      env: process.env,
+      tlsVerify,
+      ...(typeof values.creds === 'string' ? { creds: values.creds } : {}),
+      ...(typeof values['cert-dir'] === 'string' ? { certDir: values['cert-dir'] } : {}),
+      ...(typeof values.platform === 'string' ? { platform: parsePlatform(values.platform) } : {})
+    }
     const started = Date.now()
     const result = await pushImage(src, ref, {
       store: ctx.store(),
       db: ctx.db(),
+      registry,
       strict: values.strict === true,
       ...(maxLayer === undefined ? {} : { limits: { maxLayerBytes: maxLayer } }),
       warn: message => ctx.err(`layerctl push: warning: ${message}`),
@@ -61,8 +75,14 @@ function progressPrinter (ctx: CommandContext): PushProgress {
   }
 }
 
+function parseBool (text: string, flag: string): boolean {
+  if (text === 'true') return true
+  if (text === 'false') return false
+  throw new UsageError(`invalid ${flag}=${text}: use ${flag}=true or ${flag}=false`)
+}
+
 export function describeLayer (i: number, count: number, l: PushedLayer): string {
-  if (l.skipped === true) return `layer ${i + 1}/${count} ${shortDigest(l.digest)}: ${formatBytes(l.plainBytes)} in ${l.entries} entries — already stored (same diff_id), not read`
+  if (l.skipped === true) return `layer ${i + 1}/${count} ${shortDigest(l.digest)}: ${formatBytes(l.plainBytes)} in ${l.entries} entries — already stored (same ${l.skippedBy === 'blob' ? 'blob digest' : 'diff_id'}), not read`
   return `layer ${i + 1}/${count} ${shortDigest(l.digest)}: ${formatBytes(l.plainBytes)} in ${l.entries} entries — ` +
     `new ${formatBytes(l.newPlainBytes)} (uploaded ${formatBytes(l.newStoredBytes)} compressed), ` +
     `deduplicated ${formatBytes(l.dedupPlainBytes)}`

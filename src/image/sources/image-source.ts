@@ -12,7 +12,7 @@ import type { Digest } from '../../format/digest.js'
 import type { OciImageConfig } from '../../format/manifest.js'
 import type { TocEntry } from '../../format/toc.js'
 
-export type ImageSourceKind = 'oci-layout' | 'oci-archive' | 'docker-archive' | 'rootfs-tar' | 'directory'
+export type ImageSourceKind = 'oci-layout' | 'oci-archive' | 'docker-archive' | 'rootfs-tar' | 'directory' | 'registry'
 
 /** A TOC entry before its content is chunked: everything but `spans`. */
 export type EntryHeader = Omit<TocEntry, 'spans'>
@@ -63,6 +63,22 @@ export interface LayerSource {
    * Reading still verifies it.
    */
   readonly declaredDiffId?: Digest
+  /**
+   * The digest of the layer's stored (possibly compressed) blob, as the
+   * input names it (an OCI descriptor), known before reading: push uses it
+   * to skip a layer the store already holds. Reading still verifies it.
+   */
+  readonly declaredBlobDigest?: Digest
+}
+
+/** Where an image came from, as `layerctl inspect` shows it. */
+export interface ImageOrigin {
+  /** The source as the user could give it again, e.g. `docker://host/repo:tag`, `oci:/srv/img:v1`. */
+  reference: string
+  /** The digest of the image manifest read, when the source has one. */
+  manifest?: Digest
+  /** The digest of the index (manifest list) the manifest was chosen from, if any. */
+  index?: Digest
 }
 
 export interface ImageSource {
@@ -76,6 +92,15 @@ export interface ImageSource {
    */
   readonly config: OciImageConfig
   readonly layers: LayerSource[]
+  /** Where the image came from, when the source can say more than its name. */
+  readonly origin?: ImageOrigin
+  /**
+   * A hint from push: these layers (indexes into `layers`, in order) will be
+   * read, the others not. A source whose layers download (a registry) starts
+   * downloading them ahead, bounded; others ignore it. Call at most once,
+   * before reading any layer.
+   */
+  prefetchLayers?: (indexes: readonly number[]) => void
   /** Release file handles. Idempotent. */
   close (): Promise<void>
 }

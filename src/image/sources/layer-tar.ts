@@ -74,6 +74,8 @@ export class TarLayerSource implements LayerSource {
 
   get declaredDiffId (): Digest | undefined { return this.#input.diffId }
 
+  get declaredBlobDigest (): Digest | undefined { return this.#input.blobDigest }
+
   diffId (): Digest {
     if (this.#diffId === undefined) throw new UsageError(`${this.name}: diffId() is known only after entries() has been read to the end`)
     return this.#diffId

@@ -30,7 +30,8 @@ interface Descriptor {
 
 const INDEX_TYPES = new Set(['application/vnd.oci.image.index.v1+json', 'application/vnd.docker.distribution.manifest.list.v2+json'])
 const MANIFEST_TYPES = new Set(['application/vnd.oci.image.manifest.v1+json', 'application/vnd.docker.distribution.manifest.v2+json'])
-const LAYER_TYPES = new Set([
+/** Layer media types layerd reads (OCI and docker; plain, gzip, zstd). */
+export const LAYER_TYPES = new Set([
   'application/vnd.oci.image.layer.v1.tar',
   'application/vnd.oci.image.layer.v1.tar+gzip',
   'application/vnd.oci.image.layer.v1.tar+zstd',
@@ -89,7 +90,8 @@ export async function openOciLayout (files: LayoutFiles, kind: ImageSourceKind, 
     blobSize: d.size,
     ...(diffIds !== undefined ? { diffId: diffIds[i]! } : {})
   }, ctx))
-  return { kind, name, config, layers, close: async () => {} }
+  const origin = { reference: `${kind === 'oci-layout' ? 'oci' : 'oci-archive'}:${name}${tag === undefined ? '' : `:${tag}`}`, manifest: manifestDesc.digest }
+  return { kind, name, config, layers, origin, close: async () => {} }
 }
 
 async function selectManifest (files: LayoutFiles, descs: Descriptor[], tag: string | undefined, depth: number): Promise<Descriptor> {
