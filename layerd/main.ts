@@ -2,7 +2,8 @@
 /**
  * layerd: the node daemon. A thin composition root: flags, then the daemon
  * object graph (src/daemon/layerd-daemon.ts, with the sandbox sweep of
- * src/runtime/ plugged in), then serve until SIGTERM.
+ * src/runtime/ and containerd's snapshotter of src/snapshotter/ plugged in),
+ * then serve until SIGTERM.
  *
  *   layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]
  *
@@ -17,6 +18,7 @@ import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
+import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
 
 const DEFAULT_CACHE_SIZE = '10G'
 
@@ -56,12 +58,15 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.OK
   }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
+  const settings = resolveSettings({ home })
+  const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
   const daemon = new LayerdDaemon({
     home,
     cacheBytes,
     restoreMounts: values['no-restore'] !== true,
     log,
+    services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
     sweepAtStart: async (db, log) => {
       const orphans = await removeOrphanedSandboxes(db, log)
       if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)

@@ -44,7 +44,18 @@ export interface DaemonConfig {
    * which the daemon itself knows nothing of.
    */
   sweepAtStart?: (db: NodeDb, log: (line: string) => void) => Promise<void>
+  /**
+   * Servers started once the control socket listens, stopped first on stop
+   * (layerd/main.ts passes containerd's snapshotter, src/snapshotter/, which
+   * stands on the daemon's mounts). A service that fails to start stops the
+   * daemon's start.
+   */
+  services?: Array<(parts: DaemonParts) => Promise<DaemonService>>
 }
+
+/** What a service gets from the daemon: the node's database, mounts and stores. */
+export interface DaemonParts { home: string, db: NodeDb, mounts: MountManager, stores: StorePool, log: (line: string) => void }
+export interface DaemonService { close: () => Promise<void> }
 
 /**
  * Documented exit codes of `layerd`: 0 after a clean stop; 1 when a stop
@@ -64,6 +75,7 @@ export class LayerdDaemon {
   #mounts: MountManager | undefined
   #blockViews: BlockViews | undefined
   #server: ControlServer | undefined
+  readonly #services: DaemonService[] = []
   #lock: HomeLock | undefined
   #stopping: Promise<void> | undefined
   readonly startedAt = new Date()
@@ -91,6 +103,9 @@ export class LayerdDaemon {
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
+      for (const start of this.config.services ?? []) {
+        this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
+      }
     } catch (err) {
       await this.stop()
       throw err
@@ -101,6 +116,7 @@ export class LayerdDaemon {
   async stop (): Promise<void> {
     this.#stopping ??= (async () => {
       await this.#server?.close()
+      for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()

@@ -16,15 +16,16 @@
  */
 import { join, resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'
-import { digestHex, isDigest, type Digest } from '../format/digest.js'
+import { digestHex, isDigest, sha256Digest, type Digest } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
 import { parseRef } from '../format/ref.js'
 import { resolveChunk, type ChunkRef } from '../format/toc.js'
+import { MANIFEST_MEDIA_TYPE } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
 import { mountImage, type ImageMount } from '../fs/image-mount.js'
 import { lazyUnmount } from '../fs/fuse-binding.js'
-import { loadImage, type LoadedImage } from '../image/load-image.js'
+import { loadImage, loadLayerTocs, type LoadedImage } from '../image/load-image.js'
 import { resolveRef } from '../image/refs.js'
 import type { NodeDb } from '../state/node-db.js'
 import { MountTable } from '../state/mount-table.js'
@@ -124,6 +125,31 @@ export class MountManager {
       this.#tocs.release(layers)
       throw err
     }
+  }
+
+  /**
+   * A read-only FUSE mount of the layer chain `layers` (bottom first,
+   * merged) at `req.mountpoint`, with no image manifest: what the containerd
+   * snapshotter serves a remote snapshot from. Not recorded for restore
+   * (the snapshotter mounts its chains again itself); listed, counted in
+   * stats and unmounted like any mount. Async; errors as mount().
+   */
+  async mountLayerChain (req: StoreLocation & { mountpoint: string, name: string, layers: Digest[] }): Promise<MountInfo> {
+    const started = performance.now()
+    const mountpoint = resolve(req.mountpoint)
+    this.#refuseMounted(req.name, mountpoint)
+    const loc = locationOf({ ...req, image: req.name })
+    const { store } = this.#stores.get(loc)
+    const tocs = await loadLayerTocs(store, req.layers, { cache: this.#cache, pin: false, decodedToc: layer => this.#tocs.peek(layer) })
+    const chainDigest = sha256Digest(Buffer.from(req.layers.join('\n')))
+    const loaded: LoadedImage = {
+      digest: chainDigest,
+      manifest: { mediaType: MANIFEST_MEDIA_TYPE, layers: tocs.map((t, i) => ({ digest: req.layers[i]!, diffId: t.diffId as Digest, size: 0, storedBytes: 0, entries: t.entries.length })), config: {} },
+      tocs,
+      fetchedBytes: 0
+    }
+    const m = await this.#mountLayers(loc, mountpoint, req.name, loaded, req.layers, tocs, undefined, started)
+    return m.info
   }
 
   /**

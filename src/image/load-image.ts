@@ -46,18 +46,40 @@ export interface LoadImageOptions {
 export async function loadImage (store: Pick<ObjectStore, 'get' | 'url'>, image: string | ImageRef, opts: LoadImageOptions = {}): Promise<LoadedImage> {
   const ref = typeof image === 'string' ? (isDigest(image) ? undefined : parseRef(image)) : image
   const digest = ref === undefined ? image as Digest : await resolveRef(store, ref)
-  let fetchedBytes = 0
-  const fetch = async (key: string, d: Digest): Promise<Buffer> => {
-    const cached = opts.cache?.getMeta(key)
-    if (cached !== undefined) return cached
-    const bytes = await store.get(key)
-    verifyObject(bytes, d, key, store.url)
-    fetchedBytes += bytes.length
-    await opts.cache?.putMeta(key, bytes, { pinned: opts.pin ?? false })
-    return bytes
+  const fetch = verifiedFetcher(store, opts)
+  const manifest = decodeManifestObject(await fetch.get(manifestKey(digestHex(digest)), digest), digest)
+  const tocs = await loadTocs(fetch, manifest.layers.map(l => l.digest), opts)
+  return { ref, digest, manifest, tocs, fetchedBytes: fetch.fetchedBytes }
+}
+
+/**
+ * Load the TOCs of `layers` (no manifest: a chain of layers named by
+ * digest, as the containerd snapshotter mounts them), through the same
+ * metadata cache. Async; errors as loadImage().
+ */
+export async function loadLayerTocs (store: Pick<ObjectStore, 'get' | 'url'>, layers: readonly Digest[], opts: LoadImageOptions = {}): Promise<LayerToc[]> {
+  return await loadTocs(verifiedFetcher(store, opts), layers, opts)
+}
+
+async function loadTocs (fetch: VerifiedFetcher, layers: readonly Digest[], opts: LoadImageOptions): Promise<LayerToc[]> {
+  return await Promise.all(layers.map(async l => opts.decodedToc?.(l) ?? decodeTocObject(await fetch.get(layerKey(digestHex(l)), l), l)))
+}
+
+interface VerifiedFetcher { get: (key: string, d: Digest) => Promise<Buffer>, fetchedBytes: number }
+
+/** Metadata objects from the cache, else from the store (verified, then cached); counts store bytes. */
+function verifiedFetcher (store: Pick<ObjectStore, 'get' | 'url'>, opts: LoadImageOptions): VerifiedFetcher {
+  const f: VerifiedFetcher = {
+    fetchedBytes: 0,
+    get: async (key, d) => {
+      const cached = opts.cache?.getMeta(key)
+      if (cached !== undefined) return cached
+      const bytes = await store.get(key)
+      verifyObject(bytes, d, key, store.url)
+      f.fetchedBytes += bytes.length
+      await opts.cache?.putMeta(key, bytes, { pinned: opts.pin ?? false })
+      return bytes
+    }
   }
-  const manifest = decodeManifestObject(await fetch(manifestKey(digestHex(digest)), digest), digest)
-  const tocs = await Promise.all(manifest.layers.map(async l =>
-    opts.decodedToc?.(l.digest) ?? decodeTocObject(await fetch(layerKey(digestHex(l.digest)), l.digest), l.digest)))
-  return { ref, digest, manifest, tocs, fetchedBytes }
+  return f
 }

@@ -47,6 +47,14 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE TABLE IF NOT EXISTS sandboxes (
         id TEXT PRIMARY KEY, tier TEXT NOT NULL, image TEXT NOT NULL, manifest TEXT NOT NULL,
         state_dir TEXT NOT NULL, created_at TEXT NOT NULL, owner_pid INTEGER NOT NULL, keep INTEGER NOT NULL);`)
+  },
+  {
+    description: 'containerd snapshots (issue 13): the layerd snapshotter\'s metadata',
+    up: db => db.exec(`
+      CREATE TABLE containerd_snapshots (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, parent TEXT NOT NULL,
+        kind TEXT NOT NULL, labels TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, remote TEXT);
+      CREATE INDEX containerd_snapshots_parent ON containerd_snapshots (parent);`)
   }
 ]
 

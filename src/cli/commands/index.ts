@@ -6,6 +6,7 @@ import { mountCommand, mountsCommand, prefetchCommand, statsCommand, umountComma
 import { exportCommand, pullCommand } from './pull.js'
 import { pushCommand } from './push.js'
 import { commitCommand, gcCommand, psCommand, runCommand } from './sandboxes.js'
+import { containerdCommand } from './containerd.js'
 
 export const commands: Command[] = [
   pushCommand,
@@ -25,5 +26,6 @@ export const commands: Command[] = [
   runCommand,
   psCommand,
   commitCommand,
-  gcCommand
+  gcCommand,
+  containerdCommand
 ]

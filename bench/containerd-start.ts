@@ -1,0 +1,175 @@
+/**
+ * containerd start benchmark (issue 13): a cold node starts N containers of
+ * K per-task images (the deploy corpus, bench/deploy/corpus.ts) through a
+ * real containerd 1.6, two ways, side by side in one run, each through the
+ * deploy benchmark's throttle (bench/deploy/throttle-proxy.ts, one link
+ * model for both):
+ *
+ * - overlayfs: containerd's own overlayfs snapshotter. `ctr image pull`
+ *   from the loopback registry (once per image, shared by its containers:
+ *   a full pull and unpack), then `ctr run --rm`.
+ * - layerd: the layerd snapshotter. `layerctl containerd pull` (once per
+ *   image: manifest and config into containerd, every layer a remote
+ *   snapshot), then `ctr run --rm`. Chunks come from the S3 store (s3rver)
+ *   through the node's throttle, on demand.
+ *
+ *   node dist/bench/containerd-start.js [--containers N] [--images K] [--concurrency C]
+ *        [--bandwidth 1g] [--rtt-ms 1] [--task load|read-all] [--out DIR]
+ *
+ * Each side gets a fresh node disk (bench/deploy/node-disk.ts: containerd's
+ * root and layerd's home and cache on it), so "bytes written" is that
+ * disk's own count. "Time to task finished" runs from a container's deploy
+ * start (its image pull or remote prepare, shared with its image's other
+ * containers) to `ctr run --rm` returning. Every output is checked.
+ *
+ * Bench-only: may import anything.
+ */
+import { mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { join, resolve } from 'node:path'
+import { ContainerdInstance } from '../fixtures/containerd.js'
+import { layerdNode } from '../fixtures/layerd-harness.js'
+import { unmountAllUnder } from '../src/host/mount-table.js'
+import { snapshotterSocketPath } from '../src/snapshotter/containerd-snapshotter.js'
+import { arg, fmt, loadAverage, markdownTable, RESULTS_DIR, startLoadSampler, writeReport } from './bench-report.js'
+import { ensureDeployCorpus, type TaskImage } from './deploy/corpus.js'
+import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
+import { NodeDisk } from './deploy/node-disk.js'
+import { placeContainers, quantile, runWithConcurrency, type Placement } from './deploy/schedule.js'
+import { prepareImageSources, type ImageSources } from './deploy/stores.js'
+import { deployTask, type DeployTask } from './deploy/tasks.js'
+import { ThrottleProxy } from './deploy/throttle-proxy.js'
+
+type Side = 'overlayfs' | 'layerd'
+const SIDES: Side[] = ['overlayfs', 'layerd']
+const DISK_BYTES = 16 * 1024 ** 3
+
+interface SideRun { side: Side, seconds: number, readyMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string> }
+
+interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, log: (line: string) => void }
+
+const log = (line: string): void => { process.stderr.write(`containerd-start: ${line}\n`) }
+
+function positiveInt (name: string, fallback: number): number {
+  const v = Number(arg(name, String(fallback)))
+  if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer`)
+  return v
+}
+
+function check (p: Placement<TaskImage>, side: Side, task: DeployTask, code: number, stdout: string, stderr: string, outputs: Record<string, string>): void {
+  const line = stdout.trim().split('\n')[0] ?? ''
+  if (code !== 0 || !line.startsWith(task.expectedPrefix(p.task))) {
+    throw new Error(`${side} container ${p.index} (${p.task.ref}): exit ${code}, output ${JSON.stringify(stdout.slice(0, 200))}, stderr ${JSON.stringify(stderr.slice(-300))}`)
+  }
+  if (outputs[p.task.ref] !== undefined && outputs[p.task.ref] !== line) throw new Error(`${side} ${p.task.ref}: output differs between containers`)
+  outputs[p.task.ref] = line
+}
+
+/** One side on a fresh node disk: containerd (and layerd), the throttle in front of its source, the containers, the figures. */
+async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskImage>>): Promise<SideRun> {
+  const nodeDir = await mkdtemp(join(ctx.work, `${side}-`))
+  const disk = await NodeDisk.create(nodeDir, DISK_BYTES)
+  const upstreamPort = side === 'overlayfs' ? ctx.sources.registry.port : ctx.sources.s3rver.port
+  const proxy = await ThrottleProxy.start({ upstreamHost: '127.0.0.1', upstreamPort, link: ctx.link, name: side })
+  const home = join(disk.mountpoint, 'layerd')
+  const node = layerdNode(home, { store: ctx.sources.s3Store, env: { LAYERD_S3_ENDPOINT: `http://${proxy.hostPort}` } })
+  let containerd: ContainerdInstance | undefined
+  try {
+    if (side === 'layerd') await node.startDaemon()
+    // Sockets and state off the node disk (short paths); content and snapshots on it.
+    containerd = await ContainerdInstance.start({ dir: await mkdtemp('/tmp/ctrb-'), root: join(disk.mountpoint, 'containerd'), snapshotterSocket: snapshotterSocketPath(home) })
+    const c = containerd
+    await disk.markBaseline()
+    const prepared = new Map<string, Promise<void>>()
+    const prepare = async (t: TaskImage): Promise<void> => {
+      const r = side === 'overlayfs'
+        ? await c.ctr('images', 'pull', '--plain-http', '--snapshotter', 'overlayfs', `${proxy.hostPort}/${t.ref}`)
+        : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address)
+      if (r.code !== 0) throw new Error(`${side}: pulling ${t.ref}: ${r.stderr.trim().slice(-500)}`)
+    }
+    const outputs: Record<string, string> = {}
+    const { seconds, timings } = await runWithConcurrency(placements, ctx.concurrency, async p => {
+      const t0 = performance.now()
+      let pull = prepared.get(p.task.ref)
+      if (pull === undefined) { pull = prepare(p.task); prepared.set(p.task.ref, pull) }
+      await pull
+      const image = side === 'overlayfs' ? `${proxy.hostPort}/${p.task.ref}` : p.task.ref
+      const r = await c.ctr('run', '--rm', '--snapshotter', side, image, `${side}-${p.index}`, ...ctx.task.command)
+      const readyMs = performance.now() - t0
+      check(p, side, ctx.task, r.code, r.stdout, r.stderr, outputs)
+      return { readyMs }
+    })
+    const figures = await disk.figures()
+    return { side, seconds, readyMs: timings.map(x => x.readyMs), bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs }
+  } finally {
+    await containerd?.stop()
+    if (containerd !== undefined) await rm(containerd.dir, { recursive: true, force: true })
+    await node.stopDaemon()
+    await proxy.close()
+    await unmountAllUnder(disk.mountpoint).catch(() => {})
+    await disk.destroy()
+    await rm(nodeDir, { recursive: true, force: true })
+  }
+}
+
+async function main (): Promise<void> {
+  const containers = positiveInt('containers', 8)
+  const images = positiveInt('images', 4)
+  const concurrency = positiveInt('concurrency', 4)
+  const link: LinkSpec = { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs: Number(arg('rtt-ms', '1')) }
+  const task = deployTask(arg('task', 'load'))
+  const command = `node dist/bench/containerd-start.js ${process.argv.slice(2).join(' ')}`.trim()
+  log(`${containers} containers, ${images} images, concurrency ${concurrency}, link ${describeLink(link)}, task ${task.kind}; load ${loadAverage()}`)
+  const corpus = await ensureDeployCorpus(images, log)
+  const work = await mkdtemp('/var/tmp/layerd-ctrb-')
+  let sources: ImageSources | undefined
+  try {
+    sources = await prepareImageSources(work, corpus, log)
+    const ctx: Ctx = { work, link, task, concurrency, sources, log }
+    const placements = placeContainers(containers, 1, corpus.tasks.slice(0, images))[0]!
+    const load = startLoadSampler()
+    const runs = new Map<Side, SideRun>()
+    for (const side of SIDES) {
+      const r = await runSide(ctx, side, placements)
+      log(`${side}: ${containers} containers in ${fmt(r.seconds, 1)} s, p50 ${fmt(quantile(r.readyMs, 0.5) / 1000)} s, fetched ${fmt(r.bytesFetched / 1e6, 1)} MB, written ${fmt(r.bytesWritten / 1e6, 1)} MB`)
+      runs.set(side, r)
+    }
+    const o = runs.get('overlayfs')!
+    const l = runs.get('layerd')!
+    for (const ref of Object.keys(o.outputs)) {
+      if (o.outputs[ref] !== l.outputs[ref]) throw new Error(`${ref}: the two sides printed different results: ${o.outputs[ref]} / ${l.outputs[ref]}`)
+    }
+    const p = (r: SideRun, q: number): number => quantile(r.readyMs, q) / 1000
+    const rows = [o, l].map(r => [
+      r.side === 'layerd' ? 'containerd + layerd snapshotter (lazy)' : 'containerd + overlayfs (full pull)',
+      fmt(p(r, 0.5)), fmt(p(r, 0.99)), fmt(r.seconds, 1), fmt(r.bytesFetched / 1e6, 1), fmt(r.bytesWritten / 1e6, 1)
+    ])
+    const speedP50 = p(o, 0.5) / p(l, 0.5)
+    const speedP99 = p(o, 0.99) / p(l, 0.99)
+    const writes = o.bytesWritten / Math.max(1, l.bytesWritten)
+    const fetched = o.bytesFetched / Math.max(1, l.bytesFetched)
+    const markdown = [
+      `${containers} containers of ${images} per-task images on one cold node, concurrency ${concurrency}, link ${describeLink(link)}, task \`${task.kind}\` (${task.summary}).`,
+      '',
+      markdownTable(['side', 'p50 s to task finished', 'p99 s', 'node wall s', 'MB fetched', 'MB written'], rows),
+      '',
+      `- layerd vs overlayfs: **${fmt(speedP50)}x** faster at p50, ${fmt(speedP99)}x at p99 (target ≥ 3x: ${speedP50 >= 3 ? '✓' : '✗'}); ` +
+        `**${fmt(writes, 1)}x** fewer bytes written (target ≥ 5x: ${writes >= 5 ? '✓' : '✗'}); ${fmt(fetched, 1)}x fewer bytes fetched.`,
+      '- Every container\'s output was checked, and both sides printed the same result per image.'
+    ].join('\n')
+    await writeReport({
+      name: 'containerd-start',
+      title: 'containerd start: layerd snapshotter (lazy) vs overlayfs after a full pull',
+      command,
+      load: load.stop(),
+      markdown,
+      data: { containers, images, concurrency, link, task: task.kind, runs: Object.fromEntries(runs), speedP50, speedP99, writesRatio: writes, fetchedRatio: fetched }
+    })
+  } finally {
+    await sources?.stop().catch(err => log(`cleanup: ${(err as Error).message}`))
+    await unmountAllUnder(work).catch(() => {})
+    await rm(work, { recursive: true, force: true })
+  }
+}
+
+await mkdir(resolve(arg('out', RESULTS_DIR)), { recursive: true })
+await main()

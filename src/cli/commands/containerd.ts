@@ -1,0 +1,62 @@
+/**
+ * `layerctl containerd pull NAME:TAG [--address SOCK] [--namespace NS] [--name REF]`
+ * and `layerctl containerd config`: layerd images in a containerd, and the
+ * containerd settings a node needs (src/snapshotter/README.md).
+ */
+import { UsageError } from '../../errors.js'
+import { parseRef } from '../../format/ref.js'
+import { isDigest } from '../../format/digest.js'
+import { DEFAULT_CONTAINERD_ADDRESS } from '../../snapshotter/containerd-client.js'
+import { containerdPull } from '../../snapshotter/containerd-pull.js'
+import { SNAPSHOTTER_NAME, snapshotterSocketPath } from '../../snapshotter/containerd-snapshotter.js'
+import type { Command } from '../command.js'
+import { absolute } from '../daemon-client.js'
+
+const USAGE = 'layerctl containerd pull (NAME:TAG | docker://HOST/REPO:TAG) [--address SOCK] [--namespace NS] [--name REF] [--tls-verify=false] | layerctl containerd config'
+
+/** The `version = 2` config fragment: layerd as a proxy snapshotter, and CRI using it with the annotations the remote path needs. */
+export function containerdConfigStanza (home: string): string {
+  return [
+    `# layerd's snapshotter for containerd (add to /etc/containerd/config.toml, version = 2, then restart containerd)`,
+    '[proxy_plugins]',
+    `  [proxy_plugins.${SNAPSHOTTER_NAME}]`,
+    '    type = "snapshot"',
+    `    address = "${snapshotterSocketPath(home)}"`,
+    '',
+    '# Kubernetes (CRI): pull and run with layerd; the snapshot annotations carry each layer\'s digest to it',
+    '[plugins."io.containerd.grpc.v1.cri".containerd]',
+    `  snapshotter = "${SNAPSHOTTER_NAME}"`,
+    '  disable_snapshot_annotations = false',
+    ''
+  ].join('\n')
+}
+
+export const containerdCommand: Command = {
+  name: 'containerd',
+  summary: 'pull a layerd image into containerd with lazy layers (pull), or print the containerd settings (config)',
+  usage: USAGE,
+  options: { address: { type: 'string' }, namespace: { type: 'string' }, name: { type: 'string' }, 'tls-verify': { type: 'string' } },
+  async run (ctx, { values, positionals }) {
+    const [sub, ...rest] = positionals
+    if (sub === 'config') {
+      if (rest.length !== 0) throw new UsageError(`containerd config takes no arguments; usage: ${USAGE}`)
+      ctx.out(containerdConfigStanza(ctx.settings.home))
+      return 0
+    }
+    if (sub !== 'pull' || rest.length !== 1) throw new UsageError(`usage: ${USAGE}`)
+    const image = rest[0]!
+    if (!isDigest(image) && !image.startsWith('docker://')) parseRef(image)
+    const tls = values['tls-verify'] as string | undefined
+    if (tls !== undefined && tls !== 'true' && tls !== 'false') throw new UsageError(`--tls-verify takes true or false, got ${JSON.stringify(tls)}`)
+    const r = await containerdPull({
+      image,
+      store: ctx.store(),
+      address: absolute((values.address as string | undefined) ?? process.env.CONTAINERD_ADDRESS ?? DEFAULT_CONTAINERD_ADDRESS),
+      namespace: (values.namespace as string | undefined) ?? process.env.CONTAINERD_NAMESPACE ?? 'default',
+      ...(values.name === undefined ? {} : { name: values.name as string }),
+      registry: { tlsVerify: tls !== 'false', env: process.env }
+    })
+    ctx.out(ctx.json ? JSON.stringify(r) : `${r.name}: ${r.manifest}, ${r.layers} layer(s) served lazily by layerd (${r.remote} prepared, ${r.alreadyThere} already there) in ${(r.ms / 1000).toFixed(2)} s`)
+    return 0
+  }
+}

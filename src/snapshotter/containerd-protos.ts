@@ -1,0 +1,77 @@
+/**
+ * containerd's gRPC API, loaded at run time from the protos Debian's
+ * `golang-github-containerd-containerd-dev` installs (its Go source tree
+ * under /usr/share/gocode). Nothing of containerd's is copied into the
+ * repository: the .proto files are read where the package put them, and
+ * their gogoproto imports resolve against `golang-github-gogo-protobuf-dev`
+ * (a dependency of that package). google/protobuf types come with
+ * protobufjs.
+ *
+ * `LAYERD_CONTAINERD_API` overrides the directory that holds `github.com/…`
+ * (for a containerd source checkout elsewhere).
+ *
+ * May import: src/errors.ts, @grpc/grpc-js, @grpc/proto-loader.
+ */
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+import * as grpc from '@grpc/grpc-js'
+import * as protoLoader from '@grpc/proto-loader'
+import { UnsupportedError } from '../errors.js'
+
+const GOCODE_SRC = '/usr/share/gocode/src'
+const API_PREFIX = 'github.com/containerd/containerd/api'
+
+/** The API files layerd uses, relative to the include root. */
+export const CONTAINERD_PROTOS = {
+  snapshots: `${API_PREFIX}/services/snapshots/v1/snapshots.proto`,
+  content: `${API_PREFIX}/services/content/v1/content.proto`,
+  images: `${API_PREFIX}/services/images/v1/images.proto`,
+  leases: `${API_PREFIX}/services/leases/v1/leases.proto`
+} as const
+
+export type ContainerdService = keyof typeof CONTAINERD_PROTOS
+
+/** What a loaded service offers: its definition (for a server) and a client constructor. */
+export interface LoadedService {
+  definition: grpc.ServiceDefinition
+  Client: grpc.ServiceClientConstructor
+}
+
+const SERVICE_PATHS: Record<ContainerdService, string> = {
+  snapshots: 'containerd.services.snapshots.v1.Snapshots',
+  content: 'containerd.services.content.v1.Content',
+  images: 'containerd.services.images.v1.Images',
+  leases: 'containerd.services.leases.v1.Leases'
+}
+
+/** Plain JS values for the wire: field names as in the .proto, int64 as number, enums as names. */
+const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true }
+
+const loaded = new Map<ContainerdService, LoadedService>()
+
+/** The include root holding containerd's API, or throws UnsupportedError naming the package to install. Sync. */
+export function containerdApiRoot (env: NodeJS.ProcessEnv = process.env): string {
+  const root = env.LAYERD_CONTAINERD_API ?? GOCODE_SRC
+  if (!existsSync(join(root, CONTAINERD_PROTOS.snapshots))) {
+    throw new UnsupportedError(`containerd's API protos are not at ${join(root, API_PREFIX)}: install golang-github-containerd-containerd-dev (apt), or set LAYERD_CONTAINERD_API`)
+  }
+  return root
+}
+
+/** One containerd service, loaded on first use (about 50 ms). Sync; throws UnsupportedError when the protos are missing. */
+export function containerdService (name: ContainerdService): LoadedService {
+  let service = loaded.get(name)
+  if (service === undefined) {
+    const root = containerdApiRoot()
+    const definition = protoLoader.loadSync(join(root, CONTAINERD_PROTOS[name]), {
+      ...LOADER_OPTIONS,
+      includeDirs: [root, join(root, 'github.com/gogo/protobuf')]
+    })
+    let node: any = grpc.loadPackageDefinition(definition)
+    for (const part of SERVICE_PATHS[name].split('.')) node = node?.[part]
+    if (typeof node !== 'function') throw new UnsupportedError(`${CONTAINERD_PROTOS[name]} does not define ${SERVICE_PATHS[name]}`)
+    service = { definition: (node as grpc.ServiceClientConstructor).service, Client: node as grpc.ServiceClientConstructor }
+    loaded.set(name, service)
+  }
+  return service
+}

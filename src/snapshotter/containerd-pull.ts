@@ -1,0 +1,123 @@
+/**
+ * `layerctl containerd pull`: a layerd image into a containerd, with no
+ * layer downloaded or unpacked (as stargz's `ctr-remote image rpull`;
+ * containerd 1.6's own `ctr pull` sends no remote-snapshot labels).
+ *
+ * Under a lease (so containerd's GC keeps what is written until the image
+ * references it): the config and manifest go into containerd's content
+ * store with the GC labels that tie manifest → config and layers, and
+ * config → the top snapshot (`containerd.io/gc.ref.snapshot.layerd`);
+ * every layer is prepared through containerd's snapshots service with
+ * `containerd.io/snapshot.ref` = its chain ID, so the layerd snapshotter
+ * commits it remotely and answers ALREADY_EXISTS; then the image record.
+ * A layer the snapshotter does not serve remotely fails the pull, naming it
+ * (there is no blob to download), and leaves no snapshot of its own.
+ *
+ * A `docker://` image takes its manifest and config from its registry
+ * (registry-image.ts) and its layers from layerd's store by blob digest.
+ *
+ * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), this folder.
+ */
+import { randomBytes } from 'node:crypto'
+import { LayerdError, NotFoundError } from '../errors.js'
+import type { Digest } from '../format/digest.js'
+import { loadImage } from '../image/load-image.js'
+import type { ObjectStore } from '../store/object-store.js'
+import { ContainerdClient } from './containerd-client.js'
+import { SNAPSHOTTER_NAME } from './containerd-snapshotter.js'
+import { TARGET_SNAPSHOT_REF_LABEL } from './layerd-snapshotter.js'
+import { CRI_LAYER_DIGEST_LABEL, LAYERD_LAYER_LABEL } from './layer-lookup.js'
+import { ociImageOf } from './oci-image.js'
+import { registryOciImage } from './registry-image.js'
+import type { RegistryClientOptions } from '../registry/registry-client.js'
+import { AlreadyExistsError } from './snapshot-errors.js'
+
+const LEASE_EXPIRE_MS = 60 * 60 * 1000
+
+export interface ContainerdPullOptions {
+  /** layerd image (NAME:TAG or a manifest digest), or a registry image `docker://HOST/REPO:TAG` whose layers layerd holds. */
+  image: string
+  store: Pick<ObjectStore, 'get' | 'url'>
+  /** For a docker:// image: TLS and credentials. */
+  registry?: RegistryClientOptions
+  address: string
+  namespace: string
+  /** containerd image name; default `image`. */
+  name?: string
+  snapshotter?: string
+}
+
+export interface ContainerdPullResult { name: string, manifest: Digest, layers: number, remote: number, alreadyThere: number, ms: number }
+
+/** Pull `opts.image` into containerd as described above. Async; LayerdErrors name the image, layer and containerd's answer. */
+export async function containerdPull (opts: ContainerdPullOptions): Promise<ContainerdPullResult> {
+  const started = performance.now()
+  const snapshotter = opts.snapshotter ?? SNAPSHOTTER_NAME
+  const fromRegistry = opts.image.startsWith('docker://')
+  const oci = fromRegistry
+    ? await registryOciImage(opts.image, opts.registry ?? { env: process.env })
+    : ociImageOf(opts.image, (await loadImage(opts.store, opts.image)).manifest)
+  const name = opts.name ?? ('ref' in oci ? oci.ref as string : opts.image)
+  const client = new ContainerdClient(opts.address, opts.namespace)
+  try {
+    await client.takeLease(`layerctl-pull-${randomBytes(8).toString('hex')}`, LEASE_EXPIRE_MS)
+    await client.writeContent(oci.config.digest, oci.config.bytes, { [`containerd.io/gc.ref.snapshot.${snapshotter}`]: oci.layers.at(-1)!.chainId })
+    const manifestLabels: Record<string, string> = { 'containerd.io/gc.ref.content.config': oci.config.digest }
+    oci.layers.forEach((l, i) => { manifestLabels[`containerd.io/gc.ref.content.l.${i}`] = l.digest })
+    await client.writeContent(oci.manifest.digest, oci.manifest.bytes, manifestLabels)
+    let remote = 0
+    let alreadyThere = 0
+    let parent = ''
+    for (const [i, layer] of oci.layers.entries()) {
+      if (await snapshotExists(client, snapshotter, layer.chainId)) {
+        alreadyThere++
+      } else {
+        await prepareRemote(client, snapshotter, layer.chainId, parent, {
+          [TARGET_SNAPSHOT_REF_LABEL]: layer.chainId,
+          ...(layer.toc === undefined ? {} : { [LAYERD_LAYER_LABEL]: layer.toc }),
+          [CRI_LAYER_DIGEST_LABEL]: layer.digest,
+          'containerd.io/snapshot/cri.image-ref': name
+        }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc ?? layer.digest}) of ${opts.image}`, fromRegistry)
+        remote++
+      }
+      parent = layer.chainId
+    }
+    const image = { name, labels: {}, target: { media_type: oci.manifest.mediaType, digest: oci.manifest.digest, size: oci.manifest.bytes.length } }
+    try {
+      await client.call('images', 'Create', { image })
+    } catch (err) {
+      if (!(err instanceof AlreadyExistsError)) throw err
+      await client.call('images', 'Update', { image, update_mask: { paths: ['target', 'labels'] } })
+    }
+    await client.releaseLease()
+    return { name, manifest: oci.manifest.digest, layers: oci.layers.length, remote, alreadyThere, ms: performance.now() - started }
+  } finally {
+    await client.releaseLease().catch(() => {})
+    client.close()
+  }
+}
+
+async function snapshotExists (client: ContainerdClient, snapshotter: string, key: string): Promise<boolean> {
+  try {
+    await client.call('snapshots', 'Stat', { snapshotter, key })
+    return true
+  } catch (err) {
+    if (err instanceof NotFoundError) return false
+    throw err
+  }
+}
+
+/** Prepare with the remote labels; success means ALREADY_EXISTS. An ordinary snapshot made instead is removed and the pull fails. */
+async function prepareRemote (client: ContainerdClient, snapshotter: string, chainId: string, parent: string, labels: Record<string, string>, what: string, fromRegistry: boolean): Promise<void> {
+  const key = `extract-layerctl-${randomBytes(6).toString('hex')} ${chainId}`
+  try {
+    await client.call('snapshots', 'Prepare', { snapshotter, key, parent, labels })
+  } catch (err) {
+    if (err instanceof AlreadyExistsError) return
+    throw err
+  }
+  await client.call('snapshots', 'Remove', { snapshotter, key }).catch(() => {})
+  throw new LayerdError('ERR_NOT_REMOTE', fromRegistry
+    ? `${what}: layerd's store does not hold this layer (no layer-by-blob entry for it: \`layerctl push\` the image first), so it cannot be served lazily; \`ctr image pull --snapshotter ${snapshotter}\` pulls it the ordinary way`
+    : `${what}: the ${snapshotter} snapshotter did not serve it from layerd's store (is layerd running for this store, and is containerd's proxy plugin "${snapshotter}" its snapshotter.sock?); nothing to download it from`)
+}

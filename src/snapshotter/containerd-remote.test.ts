@@ -1,0 +1,89 @@
+/**
+ * The lazy path under a real containerd 1.6: `layerctl containerd pull` of
+ * the Debian python image from layerd's store (no layer downloaded or
+ * unpacked), `ctr run` on it reading a few percent of the image, containers
+ * that keep running across a containerd restart, and GC after `ctr image
+ * rm` leaving no mount or directory behind.
+ */
+import t from 'tap'
+import { existsSync } from 'node:fs'
+import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import { ensureDebianImages } from '../../fixtures/debian-images.js'
+import { ContainerdInstance } from '../../fixtures/containerd.js'
+import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
+import { parseRef } from '../format/ref.js'
+import { loadImage } from '../image/load-image.js'
+import { pushImage } from '../image/push.js'
+import { openMemoryNodeDb } from '../state/node-db.js'
+import { openStore } from '../store/open-store.js'
+import { snapshotterSocketPath } from './containerd-snapshotter.js'
+
+const images = await ensureDebianImages()
+// Short paths: unix socket names are limited to 104–108 bytes.
+const work = await mkdtemp('/tmp/layerd-ctr-')
+t.teardown(async () => await rm(work, { recursive: true, force: true }))
+const node = layerdNode(join(work, 'node'))
+let storedBytes = 0
+{
+  const store = openStore(node.store)
+  await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
+  storedBytes = (await loadImage(store, 'deb/python:v1')).manifest.layers.reduce((n, l) => n + l.storedBytes, 0)
+  await store.close()
+}
+await node.startDaemon()
+t.teardown(async () => await node.stopDaemon())
+for (let i = 0; i < 100 && !existsSync(snapshotterSocketPath(node.home)); i++) await new Promise(resolve => setTimeout(resolve, 100))
+const containerd = await ContainerdInstance.start({ dir: join(work, 'ctd'), snapshotterSocket: snapshotterSocketPath(node.home) })
+t.teardown(async () => await containerd.stop())
+const run = async (...args: string[]) => await containerd.ctr('run', '--rm', '--snapshotter', 'layerd', ...args)
+
+t.test('layerctl containerd pull, then ctr run: python answers, reading a few percent of the image', async t => {
+  const pull = await node.layerctl('containerd', 'pull', 'deb/python:v1', '--address', containerd.address, '--json')
+  t.equal(pull.code, 0, pull.stderr)
+  const r = JSON.parse(pull.stdout) as { layers: number, remote: number }
+  t.equal(r.remote, r.layers, 'every layer prepared through the remote path')
+  const ls = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'ls')
+  t.equal(ls.stdout.split('\n').filter(l => l.includes('Committed')).length, r.layers, `committed:\n${ls.stdout}`)
+  const py = await run('deb/python:v1', 'lazy-1', 'python3', '-c', 'print(6*7)')
+  t.equal(py.stdout.trim(), '42', py.stderr)
+  const stats = JSON.parse((await node.layerctl('stats', '--json')).stdout) as { fetch: { fetchedBytes: number } }
+  t.ok(stats.fetch.fetchedBytes > 0, 'chunks were fetched on demand')
+  t.ok(stats.fetch.fetchedBytes < 0.15 * storedBytes, `fetched ${stats.fetch.fetchedBytes} bytes = ${(100 * stats.fetch.fetchedBytes / storedBytes).toFixed(1)}% of ${storedBytes} stored (< 15%)`)
+  const again = await node.layerctl('containerd', 'pull', 'deb/python:v1', '--address', containerd.address, '--json')
+  t.equal(again.code, 0, again.stderr)
+  t.equal((JSON.parse(again.stdout) as { alreadyThere: number }).alreadyThere, r.layers, 'a second pull finds every snapshot there')
+})
+
+t.test('layerctl containerd pull of an image layerd does not have fails, naming it', async t => {
+  const pull = await node.layerctl('containerd', 'pull', 'deb/none:v1', '--address', containerd.address)
+  t.equal(pull.code, 1)
+  t.match(pull.stderr, /deb\/none:v1/)
+})
+
+t.test('containerd restarted while a container runs: it keeps running, and new ones start', async t => {
+  const start = await containerd.ctr('run', '-d', '--snapshotter', 'layerd', 'deb/python:v1', 'long-1', 'sleep', '600')
+  t.equal(start.code, 0, start.stderr)
+  await containerd.restart()
+  const tasks = await containerd.ctr('tasks', 'ls')
+  t.match(tasks.stdout, /long-1\s+\d+\s+RUNNING/, tasks.stdout)
+  const exec = await containerd.ctr('tasks', 'exec', '--exec-id', 'e1', 'long-1', 'python3', '-c', 'print(6*7)')
+  t.equal(exec.stdout.trim(), '42', `the running container still reads its image: ${exec.stderr}`)
+  const fresh = await run('deb/python:v1', 'lazy-2', 'python3', '-c', 'print(6*7)')
+  t.equal(fresh.stdout.trim(), '42', fresh.stderr)
+  await containerd.ctr('tasks', 'kill', '-s', 'SIGKILL', 'long-1')
+  for (let i = 0; i < 50 && !/STOPPED/.test((await containerd.ctr('tasks', 'ls')).stdout); i++) await new Promise(resolve => setTimeout(resolve, 100))
+  t.equal((await containerd.ctr('tasks', 'rm', 'long-1')).code, 0)
+  t.equal((await containerd.ctr('containers', 'rm', 'long-1')).code, 0)
+})
+
+t.test('containerd\'s GC after ctr image rm unmounts and removes every remote snapshot', async t => {
+  const snapshotsDir = join(node.home, 'snapshotter', 'snapshots')
+  t.ok(await mountsUnder(snapshotsDir) > 0, 'remote snapshots are mounted while in use')
+  const rmi = await containerd.ctr('images', 'rm', '--sync', 'deb/python:v1')
+  t.equal(rmi.code, 0, rmi.stderr)
+  const ls = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'ls')
+  t.equal(ls.stdout.trim().split('\n').length, 1, ls.stdout)
+  t.same(await readdir(snapshotsDir), [], 'no snapshot directory left')
+  t.equal(await mountsUnder(snapshotsDir), 0, 'no mount left')
+})
