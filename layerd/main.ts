@@ -14,6 +14,7 @@ import { parseArgs } from 'node:util'
 import { describeError } from '../src/errors.js'
 import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
+import { parseFuseBackend } from '../src/fs/image-mount.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { installProcessGuards } from '../src/daemon/process-guards.js'
@@ -42,8 +43,9 @@ async function main (): Promise<number> {
     console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]')
     return LAYERD_EXIT.OK
   }
-  const { home } = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
-  const cacheSizeFlag = values['cache-size'] ?? process.env.LAYERD_CACHE_SIZE ?? DEFAULT_CACHE_SIZE
+  const settings = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
+  const { home } = settings
+  const cacheSizeFlag = values['cache-size'] ?? settings.cacheSize ?? DEFAULT_CACHE_SIZE
   const cacheBytes = cacheSizeFlag === 'unlimited' ? Infinity : parseSize(cacheSizeFlag)
   if (cacheBytes === undefined) {
     console.error(`layerd: invalid --cache-size ${JSON.stringify(cacheSizeFlag)}: use a size such as 20G, or unlimited`)
@@ -58,13 +60,20 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.OK
   }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
-  const settings = resolveSettings({ home })
+  let fuseBackend
+  try {
+    fuseBackend = settings.fuseBackend === undefined ? undefined : parseFuseBackend(settings.fuseBackend)
+  } catch (err) {
+    console.error(`layerd: ${describeError(err)}`)
+    return LAYERD_EXIT.USAGE
+  }
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
   const daemon = new LayerdDaemon({
     home,
     cacheBytes,
     restoreMounts: values['no-restore'] !== true,
+    mounts: { stacks: settings.stacks, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
     log,
     services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
     sweepAtStart: async (db, log) => {

@@ -140,6 +140,36 @@ export class RegistryAuthError extends LayerdError {
   constructor (message: string, options?: { cause?: unknown }) { super(RegistryAuthError.code, message, options) }
 }
 
+/** The key or name is taken (the snapshotter; also a remote snapshot committed under the target name). */
+export class AlreadyExistsError extends LayerdError {
+  static readonly code = 'ERR_ALREADY_EXISTS'
+  constructor (message: string, options?: { cause?: unknown }) { super(AlreadyExistsError.code, message, options) }
+}
+
+/** The snapshot is in the wrong state for the call (commit of a view, remove of a parent). */
+export class FailedPreconditionError extends LayerdError {
+  static readonly code = 'ERR_FAILED_PRECONDITION'
+  constructor (message: string, options?: { cause?: unknown }) { super(FailedPreconditionError.code, message, options) }
+}
+
+/** A snapshotter request field is malformed (empty key, uncommitted parent, unknown update field). */
+export class InvalidArgumentError extends LayerdError {
+  static readonly code = 'ERR_INVALID_ARGUMENT'
+  constructor (message: string, options?: { cause?: unknown }) { super(InvalidArgumentError.code, message, options) }
+}
+
+/** containerd answered a call with an error other than not-found, already-exists or unavailable. */
+export class ContainerdError extends LayerdError {
+  static readonly code = 'ERR_CONTAINERD'
+  constructor (message: string, options?: { cause?: unknown }) { super(ContainerdError.code, message, options) }
+}
+
+/** `layerctl containerd pull`: a layer layerd's store does not hold, so it cannot be served lazily. */
+export class NotRemoteError extends LayerdError {
+  static readonly code = 'ERR_NOT_REMOTE'
+  constructor (message: string, options?: { cause?: unknown }) { super(NotRemoteError.code, message, options) }
+}
+
 /** A LayerdError subclass: made from a message (and a cause). */
 export type LayerdErrorClass = (new (message: string, options?: { cause?: unknown }) => LayerdError) & { readonly code: string }
 
@@ -147,7 +177,8 @@ export type LayerdErrorClass = (new (message: string, options?: { cause?: unknow
 export const ERROR_CLASSES: ReadonlyMap<string, LayerdErrorClass> = new Map(([
   NotFoundError, StoreUnavailableError, CorruptObjectError, BadInputError, UsageError, LimitExceededError,
   DaemonUnavailableError, UnsupportedError, StateTooNewError, AlreadyRunningError, CacheIoError,
-  CommandFailedError, PullIncompleteError, VmGoneError, BadRequestError, RegistryError, RegistryAuthError, InternalError
+  CommandFailedError, PullIncompleteError, VmGoneError, BadRequestError, RegistryError, RegistryAuthError,
+  AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, ContainerdError, NotRemoteError, InternalError
 ] as LayerdErrorClass[]).map(c => [c.code, c]))
 
 /**

@@ -115,7 +115,7 @@ const DECODE_SLICE_MS = 2
 export class ChunkFetcher {
   /** The node-wide counters. */
   readonly stats: FetchStats = newFetchStats()
-  readonly #store: Pick<ObjectStore, 'getRange' | 'url'>
+  readonly #store: Pick<ObjectStore, 'getRange' | 'url' | 'remote'>
   readonly #cache: ChunkCache
   readonly #scheduler: FetchScheduler
   readonly #plan: { maxGapBytes: number, maxRunBytes: number }
@@ -129,7 +129,7 @@ export class ChunkFetcher {
   /** Cache writes that failed (full disk, closed cache); the chunk was still served. */
   cacheWriteErrors = 0
 
-  constructor (store: Pick<ObjectStore, 'getRange' | 'url'>, cache: ChunkCache, options: ChunkFetcherOptions = {}) {
+  constructor (store: Pick<ObjectStore, 'getRange' | 'url' | 'remote'>, cache: ChunkCache, options: ChunkFetcherOptions = {}) {
     this.#store = store
     this.#cache = cache
     this.#scheduler = new FetchScheduler({
@@ -150,6 +150,11 @@ export class ChunkFetcher {
    * buffer follows ChunkCache.get()'s lifetime: a read-only view valid until
    * the next call into the cache; copy out of it at once.
    */
+  /** The store's capability (ObjectStore.remote): true when each GET is a network round trip. */
+  get remoteStore (): boolean {
+    return this.#store.remote === true
+  }
+
   getCached (digest: string, stats?: FetchStats): Buffer | undefined {
     const view = this.#cache.get(digest)
     if (view !== undefined) { this.stats.hits++; if (stats !== undefined) stats.hits++ }

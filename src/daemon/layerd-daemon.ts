@@ -24,7 +24,7 @@ import { unhandledRejectionCount } from './process-guards.js'
 import {
   BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type PullResult
 } from './control-protocol.js'
-import { MountManager, allChunks } from './mount-manager.js'
+import { MountManager, allChunks, type MountOptions } from './mount-manager.js'
 import { BlockViews } from './block-views.js'
 import { StorePool } from './store-pool.js'
 
@@ -35,6 +35,8 @@ export interface DaemonConfig {
   /** Mount again what a killed daemon had mounted. */
   restoreMounts: boolean
   log: (line: string) => void
+  /** How images are mounted (stacks, FUSE backend): settings resolved by layerd/main.ts. */
+  mounts?: MountOptions
   /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
   lockWaitMs?: number
   /**
@@ -95,7 +97,7 @@ export class LayerdDaemon {
       this.#db = openNodeDb(home)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
-      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'))
+      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), this.config.mounts)
       this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
       const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)

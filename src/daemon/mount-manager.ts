@@ -23,7 +23,8 @@ import { resolveChunk, type ChunkRef } from '../format/toc.js'
 import { MANIFEST_MEDIA_TYPE } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
-import { mountImage, type ImageMount } from '../fs/image-mount.js'
+import { fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
+import type { FuseBackend } from '../fs/fuse-binding.js'
 import { lazyUnmount } from '../fs/fuse-binding.js'
 import { loadImage, loadLayerTocs, type LoadedImage } from '../image/load-image.js'
 import { resolveRef } from '../image/refs.js'
@@ -40,6 +41,14 @@ import type { LayerToc } from '../format/toc.js'
 import { mountsUnder } from '../host/mount-table.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
+
+/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_FUSE_BACKEND). */
+export interface MountOptions {
+  /** Images for sandboxes as stacks where they can be. Default true. */
+  stacks?: boolean
+  /** Who serves the FUSE mounts; default: the kernel backend when it can. */
+  fuseBackend?: FuseBackend
+}
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
 
@@ -67,10 +76,13 @@ export class MountManager {
   readonly #tocs = new SharedTocs()
   readonly #stacks: ImageStacks
 
+  readonly #options: MountOptions
+
   /** `sharedDir`: where images mounted for sandboxes live, one directory per manifest. */
-  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string) {
+  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string, options: MountOptions = {}) {
     this.#sharedDir = sharedDir
-    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log)
+    this.#options = options
+    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.fuseBackend)
     this.#traces = new AccessTraces(db)
     this.#rows = new MountTable(db)
     this.#cache = cache
@@ -112,7 +124,7 @@ export class MountManager {
         neighbours: () => (neighbours ??= new BlobNeighbours(image.tocs)),
         isCached: digest => this.#cache.has(digest)
       })
-      const mount = await mountImage({ mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }) })
+      const mount = await mountImage({ mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }), ...fuseOptions(this.#options.fuseBackend) })
       const info: MountInfo = {
         mountpoint: mount.mountpoint, image: name, manifest: image.digest, store: store.url,
         mountedAt: new Date().toISOString(), mountMs: performance.now() - started
@@ -165,7 +177,7 @@ export class MountManager {
     const loaded = await this.#load(loc, req.image)
     const layers = loaded.manifest.layers.map(l => l.digest)
     const topPath = `${mountpoint}.top`
-    if (layers.length < 2 || process.env.LAYERD_STACKS === '0' || !overlaySafePath(topPath) || !overlaySafePath(this.#sharedDir)) return await this.mount(req, loaded)
+    if (layers.length < 2 || this.#options.stacks === false || !overlaySafePath(topPath) || !overlaySafePath(this.#sharedDir)) return await this.mount(req, loaded)
     const { store, fetcher } = this.#stores.get(loc)
     const base = await this.#stacks.acquireBase(layers.slice(0, -1), loaded.tocs.slice(0, -1), fetcher, store.url)
     const split = splitTopLayer(base.tree, loaded.tocs.at(-1)!)
