@@ -77,8 +77,8 @@ async function main (): Promise<number> {
     log,
     services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
     sweepAtStart: async (db, log) => {
-      const orphans = await removeOrphanedSandboxes(db, log)
-      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
+      const { removed } = await removeOrphanedSandboxes(db, log)
+      if (removed.length > 0) log(`removed ${removed.length} sandbox(es) left by crashed callers`)
     }
   })
   try {

@@ -33,17 +33,19 @@ export async function cleanupSandbox (r: SandboxRecord): Promise<void> {
 }
 
 /**
- * Remove every sandbox whose owning process is gone and that was not kept,
- * and its record; returns how many. Async; never throws (a sandbox that
- * cannot be removed is logged and left for the next sweep).
+ * The one orphan sweep (layerd's start and `layerctl gc --sandboxes`):
+ * remove every sandbox whose owning process is gone and that was not kept,
+ * and its record. Async; never throws: a sandbox that cannot be removed is
+ * logged, counted in `failed` and left for the next sweep.
  */
-export async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<number> {
+export async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<{ removed: string[], failed: number }> {
   const registry = new SandboxRegistry(db)
-  let removed = 0
+  const removed: string[] = []
+  let failed = 0
   for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
-    try { await cleanupSandbox(r); registry.remove(r.id); removed++ } catch (err) { log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
+    try { await cleanupSandbox(r); registry.remove(r.id); removed.push(r.id) } catch (err) { failed++; log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
   }
-  return removed
+  return { removed, failed }
 }
 
 /** VM drivers record their hypervisor's pid in `<stateDir>/*.pid`. */

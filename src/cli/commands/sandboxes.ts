@@ -120,12 +120,10 @@ export const gcCommand: Command = {
   options: { sandboxes: { type: 'boolean' } },
   async run (ctx, { values }) {
     if (values.sandboxes !== true) throw new UsageError(`gc needs what to collect; usage: ${this.usage}`)
-    const { cleanupSandbox } = await import('../../runtime/sandbox-cleanup.js')
-    const registry = new SandboxRegistry(ctx.db())
-    const orphans = registry.list().filter(r => SandboxRegistry.status(r) === 'orphaned')
-    for (const r of orphans) { await cleanupSandbox(r); registry.remove(r.id) }
-    ctx.out(ctx.json ? JSON.stringify({ removed: orphans.map(r => r.id) }) : `removed ${orphans.length} orphaned sandbox(es)`)
-    return 0
+    const { removeOrphanedSandboxes } = await import('../../runtime/sandbox-cleanup.js')
+    const { removed, failed } = await removeOrphanedSandboxes(ctx.db(), line => ctx.err(`layerctl gc: ${line}`))
+    ctx.out(ctx.json ? JSON.stringify({ removed }) : `removed ${removed.length} orphaned sandbox(es)`)
+    return failed > 0 ? 1 : 0
   }
 }
 
