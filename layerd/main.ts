@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=1
 /**
  * layerd: the node daemon. A thin composition root: flags, then the daemon
  * object graph (src/daemon/layerd-daemon.ts, with the sandbox sweep of
@@ -20,6 +20,10 @@ import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/la
 import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
+import { nativeMemory } from '../src/native.js'
+
+/** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
+const MALLOC_ARENAS = 2
 
 const DEFAULT_CACHE_SIZE = '10G'
 
@@ -68,6 +72,7 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.USAGE
   }
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
+  try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
   const daemon = new LayerdDaemon({
     home,
@@ -87,11 +92,17 @@ async function main (): Promise<number> {
     log(`cannot start: ${describeError(err)}`)
     return err instanceof AlreadyRunningError ? LAYERD_EXIT.ALREADY_RUNNING : LAYERD_EXIT.CANNOT_OPEN_HOME
   }
-  await new Promise<void>(resolve => {
-    const stop = (signal: string): void => { log(`${signal}: unmounting and stopping`); resolve() }
+  const how = await new Promise<'stop' | 'handover'>(resolve => {
+    const stop = (signal: string): void => { log(`${signal}: unmounting and stopping`); resolve('stop') }
     process.once('SIGTERM', () => stop('SIGTERM'))
     process.once('SIGINT', () => stop('SIGINT'))
+    // A planned restart by the holder: leave the mounts to the next daemon (src/holder/README.md).
+    process.once('SIGUSR2', () => { log('SIGUSR2: handing every FUSE connection over to the next layerd'); resolve('handover') })
   })
+  if (how === 'handover' && daemon.keptBy !== null) {
+    await daemon.handover()
+    return LAYERD_EXIT.HANDOVER
+  }
   try {
     await daemon.stop()
   } catch (err) {

@@ -15,6 +15,13 @@
 //   fuseServerMount(mountpoint, fsName, mountFlags, options, table, onEvent) -> server
 //     onEvent(kind, unique, nodeid, offset, size): kind 1 = INIT answered,
 //     2 = READ request, 3 = the connection ended (unmounted, aborted).
+//     `unique` is a BigInt: a request the kernel resends carries bit 63.
+//   fuseServerAttach(fd, options, table, init, onEvent) -> server
+//     takeover: serve a connection another process mounted and INITed (its
+//     /dev/fuse fd came from the holder, src/holder/), then ask the kernel
+//     to resend what that process had read but not answered.
+//   fuseServerInit(server) -> the INIT negotiation, to save for a takeover
+//   fuseServerFd(server) -> the /dev/fuse fd, to hand to the holder
 //   fuseServerReply(server, unique, buffer, length)   READ data
 //   fuseServerReplyError(server, unique, errno)       READ failed (errno > 0)
 //   fuseServerCounters(server) -> { requests, reads, ... }
@@ -25,6 +32,7 @@
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +50,11 @@
 #define EVENT_INIT 1
 #define EVENT_READ 2
 #define EVENT_CLOSED 3
+// enum fuse_notify_code in protocol 7.40 (Linux 6.9); this machine's <linux/fuse.h> is 7.38.
+#define NOTIFY_RESEND 7
+// FUSE_HAS_RESEND (1ULL << 39, protocol 7.40): the kernel's INIT says it can resend; bit 7 of flags2.
+#define INIT_HAS_RESEND_FLAGS2 (1u << 7)
+#define INIT_EXT (1u << 30)
 
 // The table (little-endian, written by kernel-fuse-table.ts).
 typedef struct {
@@ -81,6 +94,9 @@ typedef struct server {
   const table_xattr *xattrs;
   const char *strings;
   server_options opt;
+  // The INIT negotiation (the kernel's request, our answer): saved for a takeover, which answers no new INIT.
+  uint32_t kernel_major, kernel_minor, kernel_flags, kernel_flags2, reply_flags;
+  int resend_errno;  // after a takeover: 0, or why FUSE_NOTIFY_RESEND failed
   napi_threadsafe_function events;
   pthread_t threads[SERVER_THREADS];
   atomic_int running_threads;
@@ -223,6 +239,12 @@ static void op_init(server *s, struct fuse_in_header *in, const struct fuse_init
   out.max_write = 4096;
   out.time_gran = 1000000000;  // whole seconds
   out.max_pages = (uint16_t)s->opt.max_pages;
+  s->kernel_major = arg->major;
+  s->kernel_minor = arg->minor;
+  s->kernel_flags = arg->flags;
+  s->kernel_flags2 = (arg->flags & INIT_EXT) != 0 ? arg->flags2 : 0;
+  s->reply_flags = out.flags;
+  s->opt.max_readahead = out.max_readahead;
   reply_data(s, in->unique, &out, sizeof out);
   post_event(s, EVENT_INIT, 0, 0, 0, 0);
 }
@@ -480,7 +502,7 @@ static void call_js(napi_env env, napi_value fn, void *context, void *data) {
   if (env != NULL && fn != NULL) {
     napi_value argv[5], undefined;
     napi_create_int32(env, ev->kind, &argv[0]);
-    napi_create_double(env, (double)ev->unique, &argv[1]);
+    napi_create_bigint_uint64(env, ev->unique, &argv[1]);
     napi_create_double(env, (double)ev->nodeid, &argv[2]);
     napi_create_double(env, (double)ev->offset, &argv[3]);
     napi_create_uint32(env, ev->size, &argv[4]);
@@ -509,6 +531,61 @@ static int get_u64_prop(napi_env env, napi_value obj, const char *name, uint64_t
   return 1;
 }
 
+static int get_options(napi_env env, napi_value obj, server_options *opt) {
+  uint64_t max_pages, max_readahead;
+  if (!get_u64_prop(env, obj, "entryValidS", &opt->entry_valid_s) || !get_u64_prop(env, obj, "attrValidS", &opt->attr_valid_s) ||
+      !get_u64_prop(env, obj, "negativeValidS", &opt->negative_valid_s) || !get_u64_prop(env, obj, "maxPages", &max_pages) ||
+      !get_u64_prop(env, obj, "maxReadahead", &max_readahead) || max_pages < 1 || max_pages > 256) {
+    return 0;
+  }
+  opt->max_pages = (uint32_t)max_pages;
+  opt->max_readahead = (uint32_t)max_readahead;
+  return 1;
+}
+
+// A server over a checked copy of `table`, without fd or threads; NULL with a pending exception.
+static server *new_server(napi_env env, napi_value table, const server_options *opt) {
+  void *data;
+  size_t table_len;
+  if (napi_get_buffer_info(env, table, &data, &table_len) != napi_ok) { throw_msg(env, "ERR_INVALID_ARG_TYPE", "table must be a Buffer"); return NULL; }
+  server *s = calloc(1, sizeof *s);
+  if (s == NULL) { throw_msg(env, "ENOMEM", "out of memory"); return NULL; }
+  s->fd = -1;
+  s->opt = *opt;
+  s->table_bytes = malloc(table_len > 0 ? table_len : 1);
+  if (s->table_bytes == NULL) { free(s); throw_msg(env, "ENOMEM", "out of memory"); return NULL; }
+  memcpy(s->table_bytes, data, table_len);
+  const char *bad = table_check(s, table_len);
+  if (bad != NULL) { free(s->table_bytes); free(s); throw_msg(env, "EINVAL", bad); return NULL; }
+  return s;
+}
+
+// The event channel and the threads; on failure frees s (not its fd) and returns why.
+static const char *start_server(napi_env env, server *s, napi_value on_event) {
+  napi_value name;
+  napi_create_string_utf8(env, "layerd-fuse-server", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_threadsafe_function(env, on_event, NULL, name, 0, 1, NULL, NULL, NULL, call_js, &s->events) != napi_ok) {
+    free(s->table_bytes); free(s);
+    return "cannot create the event channel";
+  }
+  // The mount does not hold the event loop open (as with fuse-native); the daemon's own server does.
+  napi_unref_threadsafe_function(env, s->events);
+  atomic_store(&s->running_threads, SERVER_THREADS);
+  for (int i = 0; i < SERVER_THREADS; i++) {
+    if (pthread_create(&s->threads[i], NULL, serve, s) != 0) {
+      atomic_fetch_sub(&s->running_threads, 1);
+      continue;
+    }
+    pthread_detach(s->threads[i]);
+  }
+  if (atomic_load(&s->running_threads) == 0) {
+    napi_release_threadsafe_function(s->events, napi_tsfn_release);
+    free(s->table_bytes); free(s);
+    return "cannot start the FUSE server threads";
+  }
+  return NULL;
+}
+
 // fuseServerMount(mountpoint, fsName, mountOptions: string, options: {entryValidS, attrValidS, negativeValidS, maxPages, maxReadahead}, table: Buffer, onEvent)
 static napi_value js_mount(napi_env env, napi_callback_info info) {
   size_t argc = 6;
@@ -521,27 +598,9 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
   if (napi_get_value_string_utf8(env, argv[1], fsname, sizeof fsname, &len) != napi_ok || len + 1 >= sizeof fsname) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fsName must be a string");
   if (napi_get_value_string_utf8(env, argv[2], mount_opts, sizeof mount_opts, &len) != napi_ok || len + 1 >= sizeof mount_opts) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mount options must be a string");
   server_options opt;
-  uint64_t max_pages, max_readahead;
-  if (!get_u64_prop(env, argv[3], "entryValidS", &opt.entry_valid_s) || !get_u64_prop(env, argv[3], "attrValidS", &opt.attr_valid_s) ||
-      !get_u64_prop(env, argv[3], "negativeValidS", &opt.negative_valid_s) || !get_u64_prop(env, argv[3], "maxPages", &max_pages) ||
-      !get_u64_prop(env, argv[3], "maxReadahead", &max_readahead) || max_pages < 1 || max_pages > 256) {
-    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "options: entryValidS, attrValidS, negativeValidS, maxPages (1-256), maxReadahead");
-  }
-  opt.max_pages = (uint32_t)max_pages;
-  opt.max_readahead = (uint32_t)max_readahead;
-  void *data;
-  size_t table_len;
-  if (napi_get_buffer_info(env, argv[4], &data, &table_len) != napi_ok) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "table must be a Buffer");
-
-  server *s = calloc(1, sizeof *s);
-  if (s == NULL) return throw_msg(env, "ENOMEM", "out of memory");
-  s->fd = -1;
-  s->opt = opt;
-  s->table_bytes = malloc(table_len > 0 ? table_len : 1);
-  if (s->table_bytes == NULL) { free(s); return throw_msg(env, "ENOMEM", "out of memory"); }
-  memcpy(s->table_bytes, data, table_len);
-  const char *bad = table_check(s, table_len);
-  if (bad != NULL) { free(s->table_bytes); free(s); return throw_msg(env, "EINVAL", bad); }
+  if (!get_options(env, argv[3], &opt)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "options: entryValidS, attrValidS, negativeValidS, maxPages (1-256), maxReadahead");
+  server *s = new_server(env, argv[4], &opt);
+  if (s == NULL) return NULL;
 
   s->fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
   if (s->fd < 0) {
@@ -560,28 +619,61 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
     close(s->fd); free(s->table_bytes); free(s);
     return throw_msg(env, strerrorname_np(err), msg);
   }
-  napi_value name;
-  napi_create_string_utf8(env, "layerd-fuse-server", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_threadsafe_function(env, argv[5], NULL, name, 0, 1, NULL, NULL, NULL, call_js, &s->events) != napi_ok) {
+  int fd = s->fd;
+  const char *why = start_server(env, s, argv[5]);
+  if (why != NULL) {
     umount2(mountpoint, MNT_DETACH);
-    close(s->fd); free(s->table_bytes); free(s);
-    return throw_msg(env, "EIO", "cannot create the event channel");
+    close(fd);
+    return throw_msg(env, "EAGAIN", why);
   }
-  // The mount does not hold the event loop open (as with fuse-native); the daemon's own server does.
-  napi_unref_threadsafe_function(env, s->events);
-  atomic_store(&s->running_threads, SERVER_THREADS);
-  for (int i = 0; i < SERVER_THREADS; i++) {
-    if (pthread_create(&s->threads[i], NULL, serve, s) != 0) {
-      atomic_fetch_sub(&s->running_threads, 1);
-      continue;
-    }
-    pthread_detach(s->threads[i]);
+  napi_value handle;
+  napi_create_external(env, s, finalize_server, NULL, &handle);
+  return handle;
+}
+
+// fuseServerAttach(fd, options, table: Buffer, init: {kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags}, onEvent)
+//   -> server. Takeover of a connection that another process mounted and
+//   INITed: `fd` is this process's own copy of its /dev/fuse fd (the server
+//   owns it from here), `table` must be the one that process served (the
+//   caller checks its digest: node ids are indices into it). No INIT comes;
+//   the threads read what the kernel queued meanwhile, and FUSE_NOTIFY_RESEND
+//   re-queues what the dead process had read but never answered. Every op
+//   here is a read of immutable data, so a request answered twice (once by
+//   the dead process just before it died, once again after the resend) is
+//   harmless: the kernel drops the second reply (its unique is gone) and
+//   both carry the same bytes.
+static napi_value js_attach(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 5) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerAttach needs 5 arguments");
+  int32_t fd;
+  if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fd must be a file descriptor");
+  server_options opt;
+  if (!get_options(env, argv[1], &opt)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "options: entryValidS, attrValidS, negativeValidS, maxPages (1-256), maxReadahead");
+  uint64_t major, minor, kflags, kflags2, rflags;
+  if (!get_u64_prop(env, argv[3], "kernelMajor", &major) || !get_u64_prop(env, argv[3], "kernelMinor", &minor) ||
+      !get_u64_prop(env, argv[3], "kernelFlags", &kflags) || !get_u64_prop(env, argv[3], "kernelFlags2", &kflags2) ||
+      !get_u64_prop(env, argv[3], "replyFlags", &rflags)) {
+    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "init: kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags");
   }
-  if (atomic_load(&s->running_threads) == 0) {
-    umount2(mountpoint, MNT_DETACH);
-    napi_release_threadsafe_function(s->events, napi_tsfn_release);
-    return throw_msg(env, "EAGAIN", "cannot start the FUSE server threads");
+  if (major != 7 || minor < 40 || (kflags2 & INIT_HAS_RESEND_FLAGS2) == 0) {
+    // Without resend, a request the dead process had read would wait forever: never take such a connection over.
+    return throw_msg(env, "ENOTSUP", "the kernel's FUSE cannot resend requests (protocol 7.40, Linux 6.9): this connection cannot be taken over");
   }
+  server *s = new_server(env, argv[2], &opt);
+  if (s == NULL) return NULL;
+  s->kernel_major = (uint32_t)major;
+  s->kernel_minor = (uint32_t)minor;
+  s->kernel_flags = (uint32_t)kflags;
+  s->kernel_flags2 = (uint32_t)kflags2;
+  s->reply_flags = (uint32_t)rflags;
+  s->fd = fd;
+  const char *why = start_server(env, s, argv[4]);
+  if (why != NULL) return throw_msg(env, "EAGAIN", why);  // s and fd stay with the caller's cleanup: close(fd)
+  struct fuse_out_header resend = { .len = sizeof resend, .error = NOTIFY_RESEND, .unique = 0 };
+  // The threads already serve what was queued; a failed resend (the kernel advertised it, so not expected) is reported by fuseServerInit.
+  if (write(s->fd, &resend, sizeof resend) < 0) s->resend_errno = errno;
   napi_value handle;
   napi_create_external(env, s, finalize_server, NULL, &handle);
   return handle;
@@ -599,15 +691,16 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
   napi_value argv[4];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   server *s = argc == 4 ? get_server(env, argv[0]) : NULL;
-  double unique;
+  uint64_t unique;
+  bool lossless;
   uint32_t length;
   void *data;
   size_t cap;
-  if (s == NULL || napi_get_value_double(env, argv[1], &unique) != napi_ok || napi_get_buffer_info(env, argv[2], &data, &cap) != napi_ok ||
+  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], &unique, &lossless) != napi_ok || napi_get_buffer_info(env, argv[2], &data, &cap) != napi_ok ||
       napi_get_value_uint32(env, argv[3], &length) != napi_ok || length > cap) {
     return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReply(server, unique, buffer, length <= buffer.length)");
   }
-  reply_data(s, (uint64_t)unique, data, length);
+  reply_data(s, unique, data, length);
   return NULL;
 }
 
@@ -617,12 +710,13 @@ static napi_value js_reply_error(napi_env env, napi_callback_info info) {
   napi_value argv[3];
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   server *s = argc == 3 ? get_server(env, argv[0]) : NULL;
-  double unique;
+  uint64_t unique;
+  bool lossless;
   int32_t err;
-  if (s == NULL || napi_get_value_double(env, argv[1], &unique) != napi_ok || napi_get_value_int32(env, argv[2], &err) != napi_ok || err <= 0) {
+  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], &unique, &lossless) != napi_ok || napi_get_value_int32(env, argv[2], &err) != napi_ok || err <= 0) {
     return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReplyError(server, unique, errno > 0)");
   }
-  reply_err(s, (uint64_t)unique, err);
+  reply_err(s, unique, err);
   return NULL;
 }
 
@@ -649,9 +743,44 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   return obj;
 }
 
+// fuseServerInit(server) -> { kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags, maxReadahead, canResend, resendError }
+static napi_value js_init_info(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], obj, v;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
+  if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerInit(server)");
+  napi_create_object(env, &obj);
+  set_count(env, obj, "kernelMajor", s->kernel_major);
+  set_count(env, obj, "kernelMinor", s->kernel_minor);
+  set_count(env, obj, "kernelFlags", s->kernel_flags);
+  set_count(env, obj, "kernelFlags2", s->kernel_flags2);
+  set_count(env, obj, "replyFlags", s->reply_flags);
+  set_count(env, obj, "maxReadahead", s->opt.max_readahead);
+  napi_get_boolean(env, s->kernel_major == 7 && s->kernel_minor >= 40 && (s->kernel_flags2 & INIT_HAS_RESEND_FLAGS2) != 0, &v);
+  napi_set_named_property(env, obj, "canResend", v);
+  if (s->resend_errno != 0) napi_create_string_utf8(env, strerror(s->resend_errno), NAPI_AUTO_LENGTH, &v); else napi_get_null(env, &v);
+  napi_set_named_property(env, obj, "resendError", v);
+  return obj;
+}
+
+// fuseServerFd(server) -> the connection's /dev/fuse fd (owned by the server: dup it, or send it, never close it)
+static napi_value js_fd(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], v;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
+  if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerFd(server)");
+  napi_create_int32(env, s->fd, &v);
+  return v;
+}
+
 void fuse_server_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "fuseServerMount", 0, js_mount, 0, 0, 0, napi_default, 0 },
+    { "fuseServerAttach", 0, js_attach, 0, 0, 0, napi_default, 0 },
+    { "fuseServerInit", 0, js_init_info, 0, 0, 0, napi_default, 0 },
+    { "fuseServerFd", 0, js_fd, 0, 0, 0, napi_default, 0 },
     { "fuseServerReply", 0, js_reply, 0, 0, 0, napi_default, 0 },
     { "fuseServerReplyError", 0, js_reply_error, 0, 0, 0, napi_default, 0 },
     { "fuseServerCounters", 0, js_counters, 0, 0, 0, napi_default, 0 },

@@ -170,6 +170,18 @@ export class NotRemoteError extends LayerdError {
   constructor (message: string, options?: { cause?: unknown }) { super(NotRemoteError.code, message, options) }
 }
 
+/** The FUSE fd holder or systemd cannot take a request (gone, or refused it). */
+export class FdStoreError extends LayerdError {
+  static readonly code = 'ERR_FD_STORE'
+  constructor (message: string, options?: { cause?: unknown }) { super(FdStoreError.code, message, options) }
+}
+
+/** The FUSE fd holder (layerd/holder.ts) failed. */
+export class HolderError extends LayerdError {
+  static readonly code = 'ERR_HOLDER'
+  constructor (message: string, options?: { cause?: unknown }) { super(HolderError.code, message, options) }
+}
+
 /** A LayerdError subclass: made from a message (and a cause). */
 export type LayerdErrorClass = (new (message: string, options?: { cause?: unknown }) => LayerdError) & { readonly code: string }
 
@@ -178,7 +190,8 @@ export const ERROR_CLASSES: ReadonlyMap<string, LayerdErrorClass> = new Map(([
   NotFoundError, StoreUnavailableError, CorruptObjectError, BadInputError, UsageError, LimitExceededError,
   DaemonUnavailableError, UnsupportedError, StateTooNewError, AlreadyRunningError, CacheIoError,
   CommandFailedError, PullIncompleteError, VmGoneError, BadRequestError, RegistryError, RegistryAuthError,
-  AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, ContainerdError, NotRemoteError, InternalError
+  AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, ContainerdError, NotRemoteError,
+  FdStoreError, HolderError, InternalError
 ] as LayerdErrorClass[]).map(c => [c.code, c]))
 
 /**

@@ -3,7 +3,10 @@
  * system calls Node lacks — extended attributes that do not follow symlinks,
  * and mknod for device nodes and fifos — FastCDC's cut search for push
  * (native/fastcdc.c), and a FUSE server that speaks the kernel protocol
- * (native/fuse_server.c, used by src/fs/kernel-fuse.ts).
+ * (native/fuse_server.c, used by src/fs/kernel-fuse.ts), file descriptors
+ * passed over Unix sockets (native/fd_passing.c), which keep FUSE
+ * connections alive across a daemon restart (src/holder/), and malloc and
+ * page-cache calls for the daemon's memory (native/memory.c).
  *
  * The addon is built by `npm run build` (node-gyp) into
  * native/build/Release/layerd_native.node and loaded lazily, on the first
@@ -24,7 +27,7 @@ import { UnsupportedError } from './errors.js'
 export const XATTR_CREATE = 1
 export const XATTR_REPLACE = 2
 
-interface NativeBinding extends Partial<NativeFuseServerBinding> {
+interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<NativeFdPassing> {
   version (): number
   llistxattr (path: string): string[]
   lgetxattr (path: string, name: string): Buffer
@@ -36,6 +39,43 @@ interface NativeBinding extends Partial<NativeFuseServerBinding> {
   mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
   fastcdcNext? (data: Uint8Array, from: number, state: Int32Array, params: Int32Array, gear: Int32Array): number
   flock? (fd: number, operation: number): boolean
+  mallocStats? (): MallocStats
+  mallocTrim? (): boolean
+  mallocArenaMax? (n: number): boolean
+  adviseMappedFile? (path: string, advice: number): number
+  fadviseDontNeed? (fd: number, offset: number, length: number): void
+}
+
+/** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
+export interface MallocStats {
+  /** Bytes obtained with sbrk/mmap for arenas (the main heap and thread arenas). */
+  arenaBytes: number
+  /** Bytes in chunks mmap()ed on their own (allocations ≥ the mmap threshold). */
+  mmapBytes: number
+  inUseBytes: number
+  /** Free bytes inside arenas: what malloc_trim may give back. */
+  freeBytes: number
+  topReleasableBytes: number
+}
+
+export type MappedFileAdvice = 'unmap' | 'cold' | 'pageout'
+const MAPPED_FILE_ADVICE: Record<MappedFileAdvice, number> = { unmap: 0, cold: 1, pageout: 2 }
+
+/** The addon's malloc and page-cache calls (native/memory.c). */
+export interface NativeMemory {
+  mallocStats: () => MallocStats
+  /** malloc_trim(0): the free pages of every arena go back to the system. True when some were released. */
+  mallocTrim: () => boolean
+  /** mallopt(M_ARENA_MAX, n): cap the arenas threads create (glibc makes up to 8 per core). */
+  mallocArenaMax: (n: number) => boolean
+  /**
+   * madvise on every read-only shared mapping of `path` in this process (writable or private ones are left alone):
+   * 'unmap' (MADV_DONTNEED: our page-table entries go, the pages stay in the page cache and fault back in),
+   * 'cold' (MADV_COLD), 'pageout' (MADV_PAGEOUT: reclaim them now). Returns the bytes advised (0: no such mapping).
+   */
+  adviseMappedFile: (path: string, advice: MappedFileAdvice) => number
+  /** posix_fadvise(POSIX_FADV_DONTNEED): drop the clean page cache of a range of an open file (length 0: to its end). */
+  fadviseDontNeed: (fd: number, offset: number, length: number) => void
 }
 
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
@@ -43,14 +83,45 @@ export type NativeFuseServer = object & { readonly __brand: 'NativeFuseServer' }
 
 export interface NativeFuseServerOptions { entryValidS: number, attrValidS: number, negativeValidS: number, maxPages: number, maxReadahead: number }
 
+/** What a connection's INIT negotiated: the kernel's request and our answer (flags are bit sets). */
+export interface NativeFuseInit {
+  kernelMajor: number
+  kernelMinor: number
+  kernelFlags: number
+  kernelFlags2: number
+  replyFlags: number
+}
+
+/** {@link NativeFuseInit} as the server reports it, with what a takeover needs to know. */
+export interface NativeFuseInitInfo extends NativeFuseInit {
+  maxReadahead: number
+  /** The kernel can resend requests a dead server had read (FUSE_HAS_RESEND, protocol 7.40). */
+  canResend: boolean
+  /** After a takeover: why FUSE_NOTIFY_RESEND failed, or null. */
+  resendError: string | null
+}
+
+export type NativeFuseEvent = (kind: number, unique: bigint, nodeid: number, offset: number, size: number) => void
+
 /** The FUSE server of the addon; src/fs/kernel-fuse.ts is its only user. */
 export interface NativeFuseServerBinding {
   /** Mount (mount(2), read-only, nosuid, nodev) and start serving `table`. `onEvent(kind, unique, nodeid, offset, size)`: 1 INIT answered, 2 READ, 3 connection ended. Throws Error with the errno name as `code`. */
   fuseServerMount (mountpoint: string, fsName: string, mountOptions: string, options: NativeFuseServerOptions, table: Buffer,
-    onEvent: (kind: number, unique: number, nodeid: number, offset: number, size: number) => void): NativeFuseServer
-  fuseServerReply (server: NativeFuseServer, unique: number, data: Buffer, length: number): void
+    onEvent: NativeFuseEvent): NativeFuseServer
+  /**
+   * Serve a connection another process mounted and INITed (`fd`: this
+   * process's own copy, owned by the server from here; `table`: the one that
+   * process served), then send FUSE_NOTIFY_RESEND. No INIT event comes.
+   * Throws (code ENOTSUP) when `init` says the kernel cannot resend.
+   */
+  fuseServerAttach (fd: number, options: NativeFuseServerOptions, table: Buffer, init: NativeFuseInit, onEvent: NativeFuseEvent): NativeFuseServer
+  /** The INIT negotiation of a served connection (zeros before INIT). */
+  fuseServerInit (server: NativeFuseServer): NativeFuseInitInfo
+  /** The connection's /dev/fuse fd; the server owns it (never close it). */
+  fuseServerFd (server: NativeFuseServer): number
+  fuseServerReply (server: NativeFuseServer, unique: bigint, data: Buffer, length: number): void
   /** `errno` positive. */
-  fuseServerReplyError (server: NativeFuseServer, unique: number, errno: number): void
+  fuseServerReplyError (server: NativeFuseServer, unique: bigint, errno: number): void
   fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
 }
 
@@ -83,8 +154,37 @@ function load (): NativeBinding {
 /** The addon's FUSE server. Sync; throws UnsupportedError when the addon is missing or older than version 3. */
 export function nativeFuseServer (): NativeFuseServerBinding {
   const b = load()
-  if (b.fuseServerMount === undefined) throw new UnsupportedError('layerd native addon has no FUSE server (built before version 3): run `npm run build`')
+  if (b.fuseServerMount === undefined || b.fuseServerAttach === undefined) throw new UnsupportedError('layerd native addon has no FUSE server with takeover (built before version 5): run `npm run build`')
   return b as NativeFuseServerBinding
+}
+
+/** One message received with its file descriptors (close-on-exec). */
+export interface FdMessage { data: Buffer, fds: number[] }
+
+/** File descriptors over Unix sockets (native/fd_passing.c). */
+export interface NativeFdPassing {
+  /** socketpair(AF_UNIX, SOCK_SEQPACKET), both ends close-on-exec. */
+  fdSocketPair (): [number, number]
+  /** One message with `fds` attached (SCM_RIGHTS, at most 64). Throws errno errors (EPIPE: the peer is gone). */
+  fdSend (sock: number, data: Buffer, fds: number[]): void
+  /** One message, waiting at most `timeoutMs` (< 0: no limit); null at end of stream. Throws errno errors (ETIMEDOUT, EMSGSIZE). */
+  fdRecv (sock: number, maxBytes: number, timeoutMs: number): FdMessage | null
+  /** One message, waited for on a libuv worker thread. */
+  fdRecvAsync (sock: number, maxBytes: number, callback: (err: NodeJS.ErrnoException | null, message: FdMessage | null) => void): void
+  /** Set FD_CLOEXEC (for fds inherited from systemd). */
+  fdSetCloexec (fd: number): void
+  /** One datagram to systemd's notify socket (a path, or '@name' for the abstract namespace), `fds` attached. */
+  sdNotify (socketPath: string, message: string, fds: number[]): void
+}
+
+/** The addon's fd passing. Sync; throws UnsupportedError when the addon is missing or older than version 5. */
+export function nativeFdPassing (): NativeFdPassing {
+  const b = load()
+  if (b.fdSend === undefined || b.fdRecv === undefined || b.fdRecvAsync === undefined || b.fdSocketPair === undefined ||
+    b.fdSetCloexec === undefined || b.sdNotify === undefined) {
+    throw new UnsupportedError('layerd native addon has no fd passing (built before version 5): run `npm run build`')
+  }
+  return b as NativeFdPassing
 }
 
 /** mount(2) flags, as in <sys/mount.h>. */
@@ -146,7 +246,22 @@ export function flock (fd: number, operation: number): boolean {
   return b.flock(fd, operation)
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock). Sync. */
+/** The addon's malloc and page-cache calls. Sync; throws UnsupportedError when the addon is missing or older than version 7. */
+export function nativeMemory (): NativeMemory {
+  const b = load()
+  if (b.mallocStats === undefined || b.mallocTrim === undefined || b.mallocArenaMax === undefined || b.adviseMappedFile === undefined || b.fadviseDontNeed === undefined) {
+    throw new UnsupportedError('layerd native addon has no memory calls (built before version 7): run `npm run build`')
+  }
+  return {
+    mallocStats: b.mallocStats.bind(b),
+    mallocTrim: b.mallocTrim.bind(b),
+    mallocArenaMax: b.mallocArenaMax.bind(b),
+    adviseMappedFile: (path, advice) => b.adviseMappedFile!(path, MAPPED_FILE_ADVICE[advice]),
+    fadviseDontNeed: b.fadviseDontNeed.bind(b)
+  }
+}
+
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

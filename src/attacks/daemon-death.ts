@@ -1,5 +1,8 @@
 /**
- * Attack 7: layerd dies (SIGKILL) while a sandbox reads image files. The
+ * Attack 7: layerd dies (SIGKILL) while a sandbox reads image files, and so
+ * does its holder (src/holder/), which would otherwise keep the FUSE
+ * connections and have a new layerd take them over (readers would not
+ * notice: src/holder/crash-takeover.test.ts). With both gone, the
  * sandbox's processes are not layerd's children, so they live on; their
  * reads of the image that need layerd fail with an error (the kernel
  * aborts the dead FUSE connection: ENOTCONN/ECONNABORTED/EIO) within a
@@ -37,6 +40,8 @@ export async function daemonDeathAttack (t: Test, node: AttackNode, tier: Tier):
   const before = await takeBaseline(node)
   const reading = sh(victim, READER, { timeoutMs: 60_000 })
   await new Promise(resolve => setTimeout(resolve, 700))
+  // The holder first: killed alone, it leaves layerd serving; then layerd, and no process holds the connections.
+  await node.layerd.killHolder()
   const killedAt = performance.now()
   await node.layerd.killDaemon()
   const r = await reading

@@ -4,7 +4,7 @@
  * quota's cap and recency hooks, pins, close. A backend supplies storage
  * primitives and the quota's EvictionSource.
  *
- * May import: src/errors.ts, src/format/, ./chunk-cache.ts, ./cache-quota.ts.
+ * May import: src/errors.ts, src/format/, ./chunk-cache.ts, ./cache-quota.ts, ./write-health.ts (types).
  */
 import { UsageError } from '../errors.js'
 import {
@@ -12,6 +12,7 @@ import {
   type ChunkCache, type ChunkCacheStats, type PutMetaOptions, type PutOptions
 } from './chunk-cache.js'
 import type { CacheQuota, EntryKind, EvictionSource, IndexedEntry } from './cache-quota.js'
+import type { CacheWriteHealthStats } from './write-health.js'
 
 export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   abstract readonly location: string
@@ -51,6 +52,13 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   protected encodeChunk (plain: Uint8Array, _frame: Uint8Array | undefined): { bytes: Uint8Array, isFrame: boolean } {
     return { bytes: plain, isFrame: false }
   }
+  /**
+   * Whether a new entry should be written now (false while the backend's
+   * writes fail, but for its probes; the chunk is still served). Sync.
+   */
+  protected admitsWrites (): boolean { return true }
+  /** The backend's write-failure counters (write-health.ts); zeros for one that cannot fail. */
+  protected writeHealth (): CacheWriteHealthStats { return { writeFailures: 0, skippedWrites: 0, writesFailing: false } }
   /** On-disk footprint in bytes. Sync. */
   protected abstract diskBytes (): number
   /** Release the storage. Called once, after the quota has flushed. Async. */
@@ -120,6 +128,7 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
       evictions: this.quota.evictions,
       rejected: this.#rejected,
       writeErrors: this.#writeErrors,
+      ...this.writeHealth(),
       capBytes: this.quota.capBytes,
       diskBytes: this.#closed ? 0 : this.diskBytes()
     }
@@ -159,8 +168,15 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   }
 
   async #write (kind: EntryKind, key: string, bytes: Uint8Array, pinned: boolean, owned: boolean, isFrame: boolean): Promise<void> {
+    if (!this.admitsWrites()) return
     // Pinned metadata is small and must stay: it goes in even above the cap.
-    if (!pinned && !(await this.quota.makeRoom(bytes.length))) { this.#rejected++; return }
+    let room = true
+    try {
+      if (!pinned) room = await this.quota.makeRoom(bytes.length)
+    } catch {
+      room = false // the eviction could not commit: the backend counted and logged it
+    }
+    if (!room) { this.#rejected++; return }
     if (this.#closed) return
     this.quota.added(kind, bytes.length)
     try {

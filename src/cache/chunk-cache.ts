@@ -39,10 +39,16 @@ export interface ChunkCacheStats {
   misses: number
   /** Entries removed to respect the cap (not explicit delete()s). */
   evictions: number
-  /** put()s that did not store because the cap was reached and nothing could be evicted. */
+  /** put()s that did not store because the cap was reached and nothing could be evicted (or the eviction could not commit). */
   rejected: number
   /** Entries accepted by put() that a backend writing in batches then failed to store (full disk): dropped, logged. */
   writeErrors: number
+  /** Commits that failed (full disk, EIO, read-only remount, map full): each one counted, the cause logged once per episode. */
+  writeFailures: number
+  /** New entries not written because the backend's writes were failing (their chunks were served all the same). */
+  skippedWrites: number
+  /** Whether the backend's writes are failing now (it caches again after the first commit that succeeds). */
+  writesFailing: boolean
   /** The cap, in bytes; Infinity when uncapped. */
   capBytes: number
   /** On-disk footprint (lmdb: pages in use); equals `bytes` for memory backends. */

@@ -42,13 +42,23 @@
  * flush) run one at a time, each after the previous one committed and after
  * the write buffer has drained, so they never act on a stale snapshot.
  *
+ * A commit that fails (full disk, EIO, read-only remount, map full) never
+ * fails a reader: its entries are dropped (counted), the cause is logged
+ * once, new entries are skipped but for one probe per interval, the cache
+ * evicts a quarter of what it holds (freed pages are reused without the
+ * file growing), and the first commit that succeeds resumes caching
+ * (write-health.ts). lmdb-js leaves a rejected promise of its own behind
+ * each failed commit; `isLmdbCommitEcho()` names it for the daemon's
+ * unhandled-rejection guard.
+ *
  * One process opens a cache directory at a time (the daemon, under its pid
  * file); the quota's counters live in that process.
  *
  * May import: src/errors.ts, ./base-chunk-cache.ts, ./cache-quota.ts,
- * ./write-buffer.ts, ./shutdown-marker.ts, ./stored-chunk.ts, lmdb, node built-ins.
+ * ./write-buffer.ts, ./write-health.ts, ./shutdown-marker.ts, ./stored-chunk.ts, lmdb, node built-ins.
  */
 import { mkdirSync, rmSync } from 'node:fs'
+import { constants as osConstants } from 'node:os'
 import { join, resolve } from 'node:path'
 import { open, type Database, type RootDatabase } from 'lmdb'
 import { CacheIoError, LimitExceededError, UnsupportedError } from '../errors.js'
@@ -59,6 +69,7 @@ import {
 import { currentBootId, distrustReason, fsyncPath, readMarker, writeMarker } from './shutdown-marker.js'
 import { encodeStoredFrame, StoredChunkDecoder } from './stored-chunk.js'
 import { WriteBuffer, type BufferedEntry } from './write-buffer.js'
+import { CacheWriteHealth, describeWriteFailure, type CacheWriteHealthStats } from './write-health.js'
 
 export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   /** Address space reserved for the map. Default: 2 × cap + 1 GiB (256 GiB when uncapped); lmdb-js grows it if needed. */
@@ -73,8 +84,10 @@ export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   writeDelayMs?: number
   /** Buffered bytes that start a batch at once. Default 16 MiB. */
   writeBatchBytes?: number
-  /** Plain bytes of decoded frames kept in memory, so hot chunks decompress once (stored-chunk.ts). Default 64 MiB; 0 keeps none. */
+  /** Plain bytes of decoded frames kept in memory, so hot chunks decompress once (stored-chunk.ts). Default 16 MiB; 0 keeps none. */
   decodedCacheBytes?: number
+  /** While commits fail, the first wait before a probe write (write-health.ts). Default 1,000 ms. */
+  writeProbeIntervalMs?: number
 }
 
 /**
@@ -89,6 +102,41 @@ const GIB = 1024 ** 3
 const LMDB_FILES = ['data.mdb', 'lock.mdb']
 const KIND_CODES: Record<EntryKind, number> = { chunk: 0, meta: 1 }
 const KINDS: EntryKind[] = ['chunk', 'meta']
+
+/** Share of the cache evicted when writes start failing. */
+const WRITE_FAILURE_EVICT_FRACTION = 0.25
+
+/**
+ * The error behind an lmdb-js commit failure: lmdb-js rejects each write
+ * with "Commit failed (see commitError for details)" whose `commitError` is
+ * a promise of the real error (an errno number as `code`). That promise is
+ * handled here (it has no other handler), and the errno gets its name.
+ */
+async function lmdbCommitCause (err: unknown): Promise<unknown> {
+  const pending = (err as { commitError?: Promise<unknown> } | undefined)?.commitError
+  if (pending === undefined || typeof pending.then !== 'function') return err
+  const inner = await pending.then(() => err, (e: unknown) => e)
+  if (inner instanceof Error && typeof (inner as { code?: unknown }).code === 'number') {
+    const errno = (inner as unknown as { code: number }).code
+    const name = Object.entries(osConstants.errno).find(([, n]) => n === errno)?.[0]
+    if (name !== undefined) Object.assign(inner, { code: name, errno: -errno })
+  }
+  return inner
+}
+
+/**
+ * Whether an unhandled rejection is lmdb-js's own echo of a failed commit
+ * (a promise it rejects and never hands to anyone): the commit's failure
+ * reached the cache through its own write promises and was counted there.
+ * Handles the echo's `commitError` promise too. Sync.
+ */
+export function isLmdbCommitEcho (reason: unknown): boolean {
+  if (!(reason instanceof Error) || !reason.message.startsWith('Commit failed')) return false
+  const pending = (reason as { commitError?: Promise<unknown> }).commitError
+  if (pending === undefined || typeof pending.then !== 'function') return false
+  pending.then(() => {}, () => {})
+  return true
+}
 
 type AccessRow = [atimeMs: number, size: number, kind: number]
 type LruKey = [atimeMs: number, key: string]
@@ -107,6 +155,7 @@ export class LmdbChunkCache extends BaseChunkCache {
   readonly #noSync: boolean
   readonly #log: (line: string) => void
   readonly #decoder: StoredChunkDecoder
+  readonly #health: CacheWriteHealth
   #serial: Promise<unknown> = Promise.resolve()
 
   /**
@@ -127,6 +176,11 @@ export class LmdbChunkCache extends BaseChunkCache {
     this.#noSync = options.noSync ?? true
     this.#log = options.log ?? (() => {})
     this.#decoder = new StoredChunkDecoder(options.decodedCacheBytes)
+    this.#health = new CacheWriteHealth({
+      location: dir,
+      log: this.#log,
+      ...(options.writeProbeIntervalMs === undefined ? {} : { probeIntervalMs: options.writeProbeIntervalMs })
+    })
     const cap = quota.capBytes
     const mapSize = options.mapSizeBytes ?? (Number.isFinite(cap) ? 2 * cap + GIB : 256 * GIB)
     try {
@@ -187,6 +241,18 @@ export class LmdbChunkCache extends BaseChunkCache {
   protected override encodeChunk (plain: Uint8Array, frame: Uint8Array | undefined): { bytes: Uint8Array, isFrame: boolean } {
     const stored = encodeStoredFrame(plain, frame)
     return stored === undefined ? { bytes: plain, isFrame: false } : { bytes: stored, isFrame: true }
+  }
+
+  /** The memory-mapped lmdb file (the daemon advises its pages: src/daemon/memory-settler.ts). */
+  get mapFile (): string { return join(this.location, 'data.mdb') }
+
+  /**
+   * Drop the decoded chunks kept in memory (a burst of hits gives its memory
+   * back once garbage-collected; the next hit on each decodes again). Sync.
+   * Returns the plain bytes dropped.
+   */
+  releaseMemory (): number {
+    return this.#decoder.release()
   }
 
   /** Frames decompressed by hits so far, hits served from decoded chunks kept in memory, their plain bytes, and stored values that did not decode (read as misses). Sync. */
@@ -315,15 +381,18 @@ export class LmdbChunkCache extends BaseChunkCache {
     await this.#commit(writes, `store ${batch.length} entries`)
   }
 
-  /** A batch did not commit: its entries are not cached after all. */
-  #batchFailed (err: unknown, batch: BufferedEntry[]): void {
+  /** A batch did not commit: its entries are not cached after all (the failure itself was logged and counted by #commit). */
+  #batchFailed (_err: unknown, batch: BufferedEntry[]): void {
     if (this.closed) return
     for (const e of batch) {
       if (!this.exists(e.kind, e.key)) this.quota.removed(e.kind, e.bytes.length)
     }
     this.countWriteErrors(batch.length)
-    this.#log(`chunk cache ${this.location}: ${batch.length} new entries not stored: ${(err as Error).message}`)
   }
+
+  protected override admitsWrites (): boolean { return this.#health.admit() }
+
+  protected override writeHealth (): CacheWriteHealthStats { return this.#health.stats() }
 
   /** Usage as the committed file will show it once the writes issued so far commit: the buffer's open entries left out. */
   #persistedUsage (): CacheUsage {
@@ -358,15 +427,25 @@ export class LmdbChunkCache extends BaseChunkCache {
   }
 
   async #commit (writes: Array<Promise<unknown>>, what: string): Promise<void> {
+    let failure: Error
+    let cause: unknown
     try {
       await Promise.all(writes)
+      this.#health.succeeded()
+      return
     } catch (err) {
-      const msg = (err as Error).message
-      if (/MDB_MAP_FULL|ENOSPC|EDQUOT|No space/i.test(msg)) {
-        throw new LimitExceededError(`chunk cache ${this.location} is full: cannot ${what}: ${msg}`, { cause: err })
-      }
-      throw new CacheIoError(`chunk cache ${this.location} cannot ${what}: ${msg}`, { cause: err })
+      cause = await lmdbCommitCause(err)
+      const msg = describeWriteFailure(cause)
+      failure = /MDB_MAP_FULL|ENOSPC|EDQUOT|No space/i.test(msg)
+        ? new LimitExceededError(`chunk cache ${this.location} is full: cannot ${what}: ${msg}`, { cause })
+        : new CacheIoError(`chunk cache ${this.location} cannot ${what}: ${msg}`, { cause })
     }
+    if (this.#health.failed(cause) && !this.closed) {
+      // Evict harder: pages lmdb frees are reused by the next commits without the file growing.
+      const target = Math.floor(this.quota.usage().bytes * (1 - WRITE_FAILURE_EVICT_FRACTION))
+      void this.quota.reclaim(target).catch(() => {})
+    }
+    throw failure
   }
 
   /** The persisted counters, or a recount when they disagree with the index (an older crash, a failed batch). */

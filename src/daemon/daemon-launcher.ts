@@ -1,13 +1,16 @@
 /**
  * Finding or starting the node's layerd: layerctl calls `connectDaemon()`,
  * which connects to `<home>/layerd.sock` and, when nothing answers, starts
- * layerd in the background (detached, logging to `<home>/layerd.log`) and
- * waits for it. The client never removes or rewrites the daemon's files
- * (socket, pid file, lock): starting one more daemon is always safe, since
- * the home's lock (home-lock.ts) lets exactly one run; a start that finds
- * the lock taken exits with ALREADY_RUNNING, and the client goes on waiting
- * for the daemon that holds it. A daemon clears what a killed one left, under
- * the lock.
+ * layerd's holder (src/holder/: it starts layerd, keeps its FUSE
+ * connections and restarts it when it dies) in the background (detached,
+ * logging to `<home>/layerd.log`) and waits for layerd; LAYERD_HOLDER=0
+ * starts layerd alone (its mounts then die with it). The client never
+ * removes or rewrites the daemon's files (socket, pid file, lock): starting
+ * one more daemon (or holder) is always safe, since the home's lock
+ * (home-lock.ts) lets exactly one daemon run and the holder's pid file one
+ * holder; a start that finds either taken exits with ALREADY_RUNNING, and
+ * the client goes on waiting for the daemon that holds it. A daemon clears
+ * what a killed one left, under the lock.
  *
  * May import: src/errors.ts, src/state/, this folder.
  */
@@ -25,6 +28,15 @@ const POLL_MS = 50
 
 /** The compiled daemon entry (dist/layerd/main.js), found relative to this module (dist/src/daemon/). */
 export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))
+/** The compiled holder entry (dist/layerd/holder.js). */
+export const HOLDER_ENTRY = fileURLToPath(new URL('../../layerd/holder.js', import.meta.url))
+/**
+ * Node flags of the daemon (also in layerd/main.ts's `#!` line). A 1 MiB
+ * semi-space caps V8's young generation at ~3 MiB instead of growing it to
+ * 48 MiB after a burst of allocation (the daemon's V8 heap: 51 → 20 MB
+ * committed with one image mounted; bench/README.md, "Daemon memory").
+ */
+export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1']
 
 export interface DaemonOptions {
   home: string
@@ -74,7 +86,10 @@ function startDaemon (opts: DaemonOptions): { exitCode: number | null | undefine
   ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
-    const child = spawn(process.execPath, [DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])], {
+    const args = process.env.LAYERD_HOLDER === '0'
+      ? [...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])]
+      : [...DAEMON_NODE_FLAGS, HOLDER_ENTRY, '--home', opts.home, '--entry', DAEMON_ENTRY, '--', ...(opts.args ?? [])]
+    const child = spawn(process.execPath, args, {
       detached: true,
       stdio: ['ignore', logFd, logFd]
     })

@@ -32,6 +32,7 @@ import { MNT_DETACH, MS_NODEV, MS_NOSUID, MS_RDONLY, nativeMounts } from '../nat
 import { BlobNeighbours } from './blob-neighbours.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import type { SharedTocs } from './shared-tocs.js'
+import type { ConnectionKeeper } from '../fs/kernel-fuse-keeper.js'
 
 /** Overlay options for a read-only stack: nothing below may redirect lookups; no index, no xino (inode numbers of the FUSE layers are small). */
 const STACK_OVERLAY_OPTIONS = 'redirect_dir=off,index=off,metacopy=off,xino=off'
@@ -54,6 +55,8 @@ export class ImageStacks {
     private readonly tocs: SharedTocs,
     private readonly sharedDir: string,
     private readonly log: (line: string) => void,
+    /** Keeps the bases' FUSE connections across daemon restarts, and hands over kept ones. */
+    private readonly keeper?: ConnectionKeeper,
     /** Who serves the base mounts; default: the kernel backend when it can. */
     private readonly fuseBackend?: FuseBackend
   ) {}
@@ -109,7 +112,7 @@ export class ImageStacks {
       isCached: digest => this.cache.has(digest)
     })
     const tree = mergeLayers(tocs)
-    const mount = await mountImage({ mountpoint, tocs, tree, reader, log: this.log, ...fuseOptions(this.fuseBackend) })
+    const mount = await mountImage({ mountpoint, tocs, tree, reader, log: this.log, ...(this.keeper === undefined ? {} : { keeper: this.keeper }), ...fuseOptions(this.fuseBackend) })
     return { key, mountpoint, tree, mount, reader }
   }
 }

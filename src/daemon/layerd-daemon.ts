@@ -9,24 +9,33 @@
  * listens. `stop()` unmounts everything, closes the cache, removes the
  * socket and pid file and drops the lock. Both idempotent.
  *
+ * Started by the holder (src/holder/) or by systemd with its fd store, the
+ * daemon keeps every FUSE connection there: `start()` then takes over the
+ * connections an earlier daemon kept (a crash or an upgrade: readers never
+ * notice), and `handover()` exits without unmounting, for a planned restart.
+ *
  * May import: everything below src/daemon.
  */
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { PullIncompleteError } from '../errors.js'
-import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
-import { exportImage, type ExportTarget } from '../materialize/export-image.js'
+import type { ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
-import { unhandledRejectionCount } from './process-guards.js'
+import { expectedRejectionCount, expectRejections, unhandledRejectionCount } from './process-guards.js'
 import {
-  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type PullResult
+  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type DaemonMemoryResult, type ExportResult, type PullResult
 } from './control-protocol.js'
 import { MountManager, allChunks, type MountOptions } from './mount-manager.js'
-import { BlockViews } from './block-views.js'
+import type { BlockViews } from './block-views.js'
+import { readDaemonMemory } from './memory-report.js'
+import { MemorySettler } from './memory-settler.js'
+import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool } from './store-pool.js'
+import { HeldConnections } from '../holder/connection-keeper.js'
 
 export interface DaemonConfig {
   home: string
@@ -63,9 +72,10 @@ export interface DaemonService { close: () => Promise<void> }
  * Documented exit codes of `layerd`: 0 after a clean stop; 1 when a stop
  * failed; 2 bad flags; 3 another daemon holds the home's lock; 4 the home or
  * cache cannot be opened; 5 a fatal internal error (an uncaught exception,
- * logged with its stack; process-guards.ts), after which a holder restarts it.
+ * logged with its stack; process-guards.ts), after which a holder restarts it;
+ * 6 after a handover (SIGUSR2: the mounts are left to the next daemon).
  */
-export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, FATAL: 5 } as const
+export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, FATAL: 5, HANDOVER: 6 } as const
 
 export { AlreadyRunningError }
 
@@ -75,8 +85,10 @@ export class LayerdDaemon {
   #cache: LmdbChunkCache | undefined
   #stores: StorePool | undefined
   #mounts: MountManager | undefined
-  #blockViews: BlockViews | undefined
+  #blockViews: Promise<BlockViews> | undefined
+  #settler: MemorySettler | undefined
   #server: ControlServer | undefined
+  #keeper: HeldConnections | undefined
   readonly #services: DaemonService[] = []
   #lock: HomeLock | undefined
   #stopping: Promise<void> | undefined
@@ -94,17 +106,31 @@ export class LayerdDaemon {
     this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? 0)
     try {
       this.#lock.writePidFile()
+      const started = performance.now()
+      this.#keeper = HeldConnections.open(home, log)
       this.#db = openNodeDb(home)
+      expectRejections(isLmdbCommitEcho)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
-      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), this.config.mounts)
-      this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
-      const { cleaned, restored } = await this.#mounts.recover(this.config.restoreMounts)
-      if (cleaned > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again`)
+      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
+        ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
+      })
+      const cache = this.#cache
+      this.#settler = new MemorySettler({
+        activity: () => { const s = cache.stats(); return s.hits + s.misses },
+        mappedFiles: () => [cache.mapFile],
+        log
+      })
+      this.#settler.onRelease(() => cache.releaseMemory())
+      this.#settler.onRelease(() => releaseReadBuffers())
+      const kept = this.#keeper?.availableCount ?? 0
+      const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
+      if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
       await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
-      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}`)
+      this.#keeper?.ready()
+      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
       for (const start of this.config.services ?? []) {
         this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
       }
@@ -119,6 +145,7 @@ export class LayerdDaemon {
     this.#stopping ??= (async () => {
       await this.#server?.close()
       for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
+      this.#settler?.close()
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
@@ -129,18 +156,37 @@ export class LayerdDaemon {
     await this.#stopping
   }
 
+  /**
+   * A planned restart (SIGUSR2 from the holder): stop answering the control
+   * socket and leave every mount as it is, for the next daemon to take over.
+   * The caller exits right after. Reads in flight are not answered here: the
+   * kernel resends them to the next daemon (FUSE_NOTIFY_RESEND), so none
+   * fails. Async; idempotent with stop().
+   */
+  async handover (): Promise<void> {
+    this.#stopping ??= (async () => {
+      await this.#server?.close()
+      rmSync(socketPath(this.config.home), { force: true })
+      this.#lock?.release()
+    })()
+    await this.#stopping
+  }
+
+  /** Who keeps the FUSE connections: 'holder', 'systemd', or null (they die with this daemon). */
+  get keptBy (): 'holder' | 'systemd' | null { return this.#keeper?.store.kind ?? null }
+
   /** The control API (control-protocol.ts): params arrive checked against the map. */
   #handlers (): ControlHandlers {
     const mounts = this.#mounts!
     return {
-      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString() }),
+      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy }),
       mount: async p => await mounts.mount(p),
       umount: async p => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
       image: async p => await mounts.shared(p),
-      blockView: async p => await this.#blockViews!.ensure(p),
+      blockView: async p => await (await this.#loadBlockViews()).ensure(p),
       stats: async p => p.mountpoint === undefined
-        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount() } }
+        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory() }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
       prefetch: async p => {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
@@ -148,6 +194,10 @@ export class LayerdDaemon {
       },
       pull: async p => await this.#pull(p),
       export: async p => await this.#export(p),
+      memory: async p => {
+        if (p.settle === true) await this.#settler!.settle()
+        return this.#memory()
+      },
       shutdown: async () => {
         setImmediate(() => {
           this.stop().then(() => process.exit(LAYERD_EXIT.OK), err => {
@@ -183,7 +233,22 @@ export class LayerdDaemon {
     const { store, fetcher } = this.#stores!.get(p)
     const image = await loadImage(store, p.image, { cache: this.#cache! })
     const before = fetcher.stats.fetchedBytes
-    const result = await exportImage(image, fetcher, target)
+    // Loaded on first use, like the block views: an idle daemon holds none of the export code (issue 14).
+    const { exportImage } = await import('../materialize/export-image.js')
+    let result
+    try { result = await exportImage(image, fetcher, target) } finally { this.#settler!.touch() }
     return { manifest: image.digest, ...result, fetchedBytes: fetcher.stats.fetchedBytes - before }
+  }
+
+  /** The daemon's memory and its settler's counters (`stats`, `memory`). */
+  #memory (): DaemonMemoryResult {
+    return { ...readDaemonMemory(), settle: { ...this.#settler!.stats } }
+  }
+
+  /** The block views, their module (ext4 builder, push) loaded on first use. */
+  async #loadBlockViews (): Promise<BlockViews> {
+    this.#blockViews ??= import('./block-views.js').then(({ BlockViews }) =>
+      new BlockViews(this.#mounts!, this.#stores!, this.#cache!, this.#db!, join(this.config.home, 'tmp'), this.config.log))
+    return await this.#blockViews
   }
 }

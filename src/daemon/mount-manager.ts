@@ -7,6 +7,12 @@
  * (image-stacks.ts): a base shared by every image on the same lower
  * layers, the top layer, and a read-only overlay of the two.
  *
+ * Takeover (src/holder/README.md): with a HeldConnections keeper, every
+ * FUSE connection is kept outside the daemon, and recover() serves the
+ * ones an earlier daemon kept: the same mounts and shared images, re-created
+ * through the same code (so the same metadata tables, which the FUSE layer
+ * checks), on the kept connections instead of new mounts.
+ *
  * Metadata of mounted images is pinned in the cache; chunks are not.
  * Decoded layer TOCs are shared by every mount that uses the layer
  * (shared-tocs.ts): images on one base hold the base's TOCs once.
@@ -14,7 +20,8 @@
  * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/,
  * src/host/mount-table.ts, this folder.
  */
-import { join, resolve } from 'node:path'
+import { realpath } from 'node:fs/promises'
+import { basename, join, resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'
 import { digestHex, isDigest, sha256Digest, type Digest } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
@@ -25,7 +32,7 @@ import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
 import { fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
 import type { FuseBackend } from '../fs/fuse-binding.js'
-import { lazyUnmount } from '../fs/fuse-binding.js'
+import { lazyUnmount, mountedFsType } from '../fs/fuse-binding.js'
 import { loadImage, loadLayerTocs, type LoadedImage } from '../image/load-image.js'
 import { resolveRef } from '../image/refs.js'
 import type { NodeDb } from '../state/node-db.js'
@@ -40,6 +47,8 @@ import type { MergedTree } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
 import { mountsUnder } from '../host/mount-table.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
+import type { HeldConnections } from '../holder/connection-keeper.js'
+import { SharedImageRecords } from './shared-image-records.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 
 /** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_FUSE_BACKEND). */
@@ -75,14 +84,24 @@ export class MountManager {
   readonly #sharing = new Map<string, Promise<SharedImage>>()
   readonly #tocs = new SharedTocs()
   readonly #stacks: ImageStacks
+  readonly #keeper: HeldConnections | undefined
+  readonly #sharedRecords: SharedImageRecords
 
   readonly #options: MountOptions
 
-  /** `sharedDir`: where images mounted for sandboxes live, one directory per manifest. */
-  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string, options: MountOptions = {}) {
+  /**
+   * `sharedDir`: where images mounted for sandboxes live, one directory per
+   * manifest; `sharedRecordsFile`: where they are recorded for a restarted
+   * daemon; `keeper`: keeps FUSE connections across daemon restarts (none:
+   * mounts die with the daemon); stacks and FUSE backend: MountOptions.
+   */
+  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string,
+    options: MountOptions & { keeper?: HeldConnections, sharedRecordsFile?: string } = {}) {
     this.#sharedDir = sharedDir
     this.#options = options
-    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.fuseBackend)
+    this.#keeper = options.keeper
+    this.#sharedRecords = new SharedImageRecords(options.sharedRecordsFile ?? `${sharedDir}.json`, log)
+    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper, options.fuseBackend)
     this.#traces = new AccessTraces(db)
     this.#rows = new MountTable(db)
     this.#cache = cache
@@ -124,7 +143,9 @@ export class MountManager {
         neighbours: () => (neighbours ??= new BlobNeighbours(image.tocs)),
         isCached: digest => this.#cache.has(digest)
       })
-      const mount = await mountImage({ mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }), ...fuseOptions(this.#options.fuseBackend) })
+      const mount = await mountImage({
+        mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...fuseOptions(this.#options.fuseBackend)
+      })
       const info: MountInfo = {
         mountpoint: mount.mountpoint, image: name, manifest: image.digest, store: store.url,
         mountedAt: new Date().toISOString(), mountMs: performance.now() - started
@@ -137,6 +158,15 @@ export class MountManager {
       this.#tocs.release(layers)
       throw err
     }
+  }
+
+  /**
+   * The TOC of `layer`, through the node's metadata cache (so a mount of it
+   * soon after reads nothing again). Async; errors as loadImage().
+   */
+  async layerToc (loc: StoreLocation, layer: Digest): Promise<LayerToc> {
+    const { store } = this.#stores.get(loc)
+    return (await loadLayerTocs(store, [layer], { cache: this.#cache, pin: false, decodedToc: l => this.#tocs.peek(l) }))[0]!
   }
 
   /**
@@ -170,6 +200,10 @@ export class MountManager {
    * `req.mountpoint`; one merged mount when the top layer cannot be
    * stacked exactly or the path cannot go into overlay options. Async.
    */
+  #recordOf (req: MountRequest, mountpoint: string): { mountpoint: string, image: string, manifest: string, store: string, s3Endpoint?: string } {
+    return { mountpoint, image: req.image, manifest: req.image, store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+  }
+
   async #mountShared (req: MountRequest): Promise<MountInfo> {
     const started = performance.now()
     const mountpoint = resolve(req.mountpoint)
@@ -189,7 +223,12 @@ export class MountManager {
     let top: Mounted | undefined
     try {
       top = await this.#mountLayers(loc, topPath, req.image, loaded, layers.slice(-1), loaded.tocs.slice(-1), split.tree, started)
-      await mountStackOverlay(mountpoint, topPath, base.mountpoint)
+      // A takeover of both FUSE mounts keeps the overlay above them (and the sandboxes' overlays above that) as it is.
+      const overlay = await mountedFsType(mountpoint)
+      if (!(overlay === 'overlay' && top.mount.adopted && base.mount.adopted)) {
+        if (overlay !== undefined) await unmountStackOverlay(mountpoint)
+        await mountStackOverlay(mountpoint, topPath, base.mountpoint)
+      }
     } catch (err) {
       if (top !== undefined) await this.unmount(topPath).catch(() => {})
       await this.#stacks.releaseBase(base.key)
@@ -198,6 +237,7 @@ export class MountManager {
     this.#mounts.delete(topPath)
     const info: MountInfo = { ...top.info, mountpoint, mountMs: performance.now() - started }
     this.#mounts.set(mountpoint, { ...top, info, stack: { topPath, baseKey: base.key } })
+    this.#sharedRecords.put({ ...this.#recordOf(req, mountpoint), topPath: top.mount.mountpoint, basePath: base.mount.mountpoint })
     return info
   }
 
@@ -220,6 +260,8 @@ export class MountManager {
         .then(info => {
           const m = this.#mounts.get(mountpoint)!
           m.info.image = req.image
+          const record = this.#sharedRecords.get(mountpoint)
+          this.#sharedRecords.put({ ...(record ?? this.#recordOf({ ...req, image: manifest, mountpoint }, mountpoint)), image: req.image })
           return { mountpoint, manifest, config: m.image.manifest.config, mountMs: info.mountMs }
         })
         .finally(() => this.#sharing.delete(mountpoint))
@@ -239,6 +281,7 @@ export class MountManager {
     this.#cache.unpin(m.pins)
     this.#tocs.release(m.layers)
     this.#rows.remove(m.info.mountpoint)
+    this.#sharedRecords.delete(m.info.mountpoint)
   }
 
   list (): MountInfo[] {
@@ -274,30 +317,67 @@ export class MountManager {
   }
 
   /**
-   * After a restart: every mount the database lists belongs to a daemon that
-   * died. Clean each mountpoint (a dead FUSE mount answers ENOTCONN) and,
-   * with `restore`, mount it again. Never throws; failures are logged.
+   * After a restart: the mounts the database lists and the shared images
+   * recorded belong to a daemon that died. Where the keeper kept a
+   * connection, serve it again (a takeover: readers never notice); clean
+   * every other mountpoint (a dead FUSE mount answers ENOTCONN) and, with
+   * `restore`, mount it again. Shared images whose connections were not
+   * kept are cleaned and mounted again on demand, as before. Never throws;
+   * failures are logged.
    */
-  async recover (restore: boolean): Promise<{ cleaned: number, restored: number }> {
-    // Stacks (image-stacks.ts) are not in the database: detach whatever a dead daemon left below the shared directory.
+  async recover (restore: boolean): Promise<{ cleaned: number, restored: number, adopted: number }> {
+    const keeper = restore ? this.#keeper : undefined
+    let adopted = 0
+    const sharedDir = await realpath(this.#sharedDir).catch(() => resolve(this.#sharedDir))
+    const kept = (path: string): boolean => keeper?.has(path) === true
+    const keptImages = this.#sharedRecords.list().filter(r => kept(r.topPath ?? r.mountpoint) && (r.basePath === undefined || kept(r.basePath)))
+    const keepOverlays = new Set(keptImages.filter(r => r.topPath !== undefined).map(r => join(sharedDir, basename(r.mountpoint))))
+    // Whatever is left below the shared directory that no kept connection serves is dead: detach it first.
     for (const left of await mountsUnder(this.#sharedDir)) {
+      if (kept(left) || keepOverlays.has(left)) continue
       try { await lazyUnmount(left) } catch (err) { this.#log(`cleaning stale mount ${left}: ${(err as Error).message}`) }
+    }
+    for (const r of this.#sharedRecords.list()) {
+      if (!keptImages.includes(r)) { this.#sharedRecords.delete(r.mountpoint); continue }
+      try {
+        const before = performance.now()
+        await this.shared({ image: r.manifest, store: r.store, ...(r.s3Endpoint === undefined ? {} : { s3Endpoint: r.s3Endpoint }) })
+        const m = this.#mounts.get(r.mountpoint)
+        if (m !== undefined) { m.info.image = r.image; this.#sharedRecords.put({ ...this.#sharedRecords.get(r.mountpoint)!, image: r.image }) }
+        if (m?.mount.adopted === true) adopted++
+        this.#log(`image ${r.image} at ${r.mountpoint}: ${m?.mount.adopted === true ? 'taken over' : 'mounted again'} in ${Math.round(performance.now() - before)} ms`)
+      } catch (err) {
+        this.#log(`serving image ${r.image} at ${r.mountpoint} again: ${(err as Error).message}`)
+      }
     }
     const rows = this.#rows.list()
     let restored = 0
+    let cleaned = 0
     for (const row of rows) {
-      try { await lazyUnmount(row.mountpoint) } catch (err) { this.#log(`cleaning stale mount ${row.mountpoint}: ${(err as Error).message}`) }
+      if (this.#mounts.has(row.mountpoint)) continue // a shared image, served above
+      cleaned++
       this.#rows.remove(row.mountpoint)
-      if (!restore) continue
+      if (!restore) {
+        try { await lazyUnmount(row.mountpoint) } catch (err) { this.#log(`cleaning stale mount ${row.mountpoint}: ${(err as Error).message}`) }
+        continue
+      }
       try {
+        // mountImage takes a kept connection over, or cleans the dead mount and mounts afresh.
         await this.mount({ image: row.manifest, mountpoint: row.mountpoint, store: row.store, ...(row.s3Endpoint === undefined ? {} : { s3Endpoint: row.s3Endpoint }) })
-        this.#mounts.get(row.mountpoint)!.info.image = row.image
+        const m = this.#mounts.get(resolve(row.mountpoint))!
+        m.info.image = row.image
+        if (m.mount.adopted) adopted++
         restored++
       } catch (err) {
         this.#log(`restoring mount of ${row.image} at ${row.mountpoint}: ${(err as Error).message}`)
       }
     }
-    return { cleaned: rows.length, restored }
+    // Connections kept for mounts nobody asked back (or with --no-restore): end them and clean their mountpoints.
+    for (const dead of this.#keeper?.releaseUntaken() ?? []) {
+      if (this.#mounts.has(dead)) continue
+      try { await lazyUnmount(dead) } catch (err) { this.#log(`cleaning stale mount ${dead}: ${(err as Error).message}`) }
+    }
+    return { cleaned, restored, adopted }
   }
 
   /** Unmount everything (daemon shutdown). Keeps the database rows? No: a clean stop forgets them. */

@@ -7,7 +7,12 @@
  *   The work is lost, but the state it touched is whatever the code left at
  *   its last await, as with any other failed request. It is logged with its
  *   stack and counted (`layerctl stats --json`: `daemon.unhandledRejections`);
- *   layerd goes on serving. Every one is a bug to fix where it started.
+ *   layerd goes on serving. Every one is a bug to fix where it started,
+ *   except the few a library is known to leave behind after a failure its
+ *   caller did handle (`expectRejections()`: lmdb-js's echo of a failed
+ *   commit); those are counted apart and not logged.
+ * - A write to the daemon's own log that fails (the log on a full disk) is
+ *   dropped: losing a log line must not end the daemon.
  * - An **uncaught exception** (a synchronous throw out of an event or timer
  *   callback) stopped code halfway through a step that was meant to finish
  *   in one go, so no in-memory invariant can be trusted. It is fatal: logged
@@ -25,10 +30,20 @@ const LOGGED_WITH_STACK = 100
 const LOG_EVERY_AFTER = 1000
 
 let unhandledRejections = 0
+let expectedRejections = 0
 let installed = false
+const expected: Array<(reason: unknown) => boolean> = []
 
-/** Unhandled rejections seen by this process so far. */
+/** Unhandled rejections seen by this process so far (not counting expected ones). */
 export function unhandledRejectionCount (): number { return unhandledRejections }
+
+/** Rejections left behind by a library after a failure that was handled (see the module doc). */
+export function expectedRejectionCount (): number { return expectedRejections }
+
+/** Treat rejections for which `isExpected(reason)` holds as known library leftovers: counted, not logged. Sync; never throws. */
+export function expectRejections (isExpected: (reason: unknown) => boolean): void {
+  if (!expected.includes(isExpected)) expected.push(isExpected)
+}
 
 /**
  * Install the two process handlers (once per process; later calls do
@@ -38,7 +53,11 @@ export function unhandledRejectionCount (): number { return unhandledRejections 
 export function installProcessGuards (log: (line: string) => void, fatalExitCode: number): void {
   if (installed) return
   installed = true
+  // A log write that fails (EIO, ENOSPC on the log's disk) emits 'error': drop it.
+  process.stderr.on('error', () => {})
+  process.stdout.on('error', () => {})
   process.on('unhandledRejection', reason => {
+    if (expected.some(isExpected => { try { return isExpected(reason) } catch { return false } })) { expectedRejections++; return }
     unhandledRejections++
     if (unhandledRejections <= LOGGED_WITH_STACK) {
       log(`unhandled rejection #${unhandledRejections} (a bug; layerd goes on serving): ${describe(reason)}`)

@@ -17,7 +17,8 @@ import { FileReader, type ChunkReader } from './file-reader.js'
 import { lazyUnmount, mountFuse, mountedFsType, type FuseBackend, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
 import { createFuseOps } from './fuse-ops.js'
 import { ImageView } from './image-view.js'
-import { kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters } from './kernel-fuse.js'
+import { adoptKernelFuse, kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters, type KernelFuseMount } from './kernel-fuse.js'
+import type { ConnectionKeeper } from './kernel-fuse-keeper.js'
 
 /** Kernel cache lifetimes for immutable images: a day. */
 export const IMMUTABLE_TIMEOUT_S = 86_400
@@ -51,6 +52,8 @@ export interface MountImageOptions {
   fuse?: Partial<FuseMountOptions>
   /** The tree to serve, when the caller has it: `mergeLayers(tocs)`, or a split-off top layer (src/format/layer-split.ts). Default: merged here. */
   tree?: MergedTree
+  /** Keeps kernel-backend connections across daemon restarts, and hands over the ones an earlier daemon kept. */
+  keeper?: ConnectionKeeper
 }
 
 export interface ImageMountStats {
@@ -79,6 +82,8 @@ export interface ImageMount {
   readonly view: ImageView
   /** Who serves it (see FuseMountOptions.backend). */
   readonly backend: FuseBackend
+  /** Served from a FUSE connection an earlier daemon kept (a takeover), not mounted by this one. */
+  readonly adopted: boolean
   /** The kernel backend's request counters; undefined with fuse-native. Sync. */
   serverCounters: () => KernelFuseCounters | undefined
   /** Counters since mount. Sync. */
@@ -97,10 +102,12 @@ export interface ImageMount {
  * UnsupportedError (no FUSE binding or unmount tool).
  */
 export async function mountImage (options: MountImageOptions): Promise<ImageMount> {
-  const { tocs, reader, log } = options
-  const mountpoint = await prepareMountpoint(resolve(options.mountpoint), log)
+  const { tocs, reader, log, keeper } = options
+  const kept = keeper?.take(await canonicalPath(resolve(options.mountpoint)))
+  // A kept connection is still mounted there and answers nothing until served: no statfs on it before.
+  const mountpoint = kept?.record.mountpoint ?? await prepareMountpoint(resolve(options.mountpoint), log)
   const tree = options.tree ?? mergeLayers(tocs)
-  if (tree.conflicts.length > 0) {
+  if (tree.conflicts.length > 0 && kept === undefined) {
     const first = tree.conflicts[0]!
     log(`mount ${mountpoint}: ${tree.conflicts.length} TOC entries skipped, first: layer ${first.layer} ${JSON.stringify(first.path)}: ${first.reason}`)
   }
@@ -108,14 +115,29 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   const files = new FileReader(tocs, reader)
   const boundary = new ErrnoBoundary({ log, storeName: reader.storeName, mountpoint })
   const fuseOptions = { ...DEFAULT_FUSE_OPTIONS, ...options.fuse }
-  const backend = chooseBackend(fuseOptions)
-  let fuse: FuseMount
+  let backend = chooseBackend(fuseOptions)
+  let fuse: FuseMount | undefined
   let serverCounters: () => KernelFuseCounters | undefined = () => undefined
-  if (backend === 'kernel') {
-    const kernel = await mountKernelFuse(mountpoint, { view, files, boundary }, fuseOptions)
+  let adopted = false
+  if (kept !== undefined) {
+    try {
+      const kernel = adoptKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, kept, keeper!)
+      serverCounters = kernel.counters
+      fuse = kernel
+      backend = 'kernel'
+      adopted = true
+    } catch (err) {
+      // The connection ends (its readers get ENOTCONN) and the path is mounted afresh.
+      log(`mount ${mountpoint}: ${describeError(err)}; mounting it again`)
+      keeper!.discard(kept)
+      await prepareMountpoint(mountpoint, log)
+    }
+  }
+  if (fuse === undefined && backend === 'kernel') {
+    const kernel: KernelFuseMount = await mountKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, keeper)
     serverCounters = kernel.counters
     fuse = kernel
-  } else {
+  } else if (fuse === undefined) {
     fuse = await mountFuse(mountpoint, createFuseOps({ view, files, boundary, kernelReadOnly: fuseOptions.readOnly }), fuseOptions)
   }
   const storedBytes = referencedChunkBytes(tocs)
@@ -123,6 +145,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
     mountpoint,
     view,
     backend,
+    adopted,
     serverCounters,
     stats: () => ({
       fetchedBytes: reader.fetchedBytes(),
@@ -175,18 +198,23 @@ export function referencedChunkBytes (tocs: readonly LayerToc[]): number {
   return bytes
 }
 
+/** `path` with its parent's real path (created when missing); the last component is not touched (a mount may be there). Async. */
+async function canonicalPath (path: string): Promise<string> {
+  const parent = await realpath(dirname(path)).catch(async (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err
+    await mkdir(dirname(path), { recursive: true })
+    return await realpath(dirname(path))
+  })
+  return join(parent, basename(path))
+}
+
 /**
  * Make `mountpoint` ready: create it when missing; when a FUSE filesystem
  * is mounted there, detach it if its daemon is gone (ENOTCONN, left by a
  * killed layerd), refuse if it is alive. Returns the canonical path.
  */
 async function prepareMountpoint (mountpoint: string, log: (line: string) => void): Promise<string> {
-  const parent = await realpath(dirname(mountpoint)).catch(async (err: NodeJS.ErrnoException) => {
-    if (err.code !== 'ENOENT') throw err
-    await mkdir(dirname(mountpoint), { recursive: true })
-    return await realpath(dirname(mountpoint))
-  })
-  const canonical = join(parent, basename(mountpoint))
+  const canonical = await canonicalPath(mountpoint)
   const fstype = await mountedFsType(canonical)
   if (fstype === undefined) {
     await mkdir(canonical, { recursive: true })

@@ -11,21 +11,30 @@
  * native addon; kernelFuseUnavailable() says why not, and image-mount.ts
  * then uses fuse-native.
  *
+ * Takeover (src/holder/README.md): with a ConnectionKeeper, a new mount's
+ * /dev/fuse fd and its record (INIT negotiation, options, table digest)
+ * are kept outside this process, and adoptKernelFuse() serves a connection
+ * an earlier daemon kept, without a new INIT, after checking that this
+ * process builds the byte-identical table (node ids are its indices).
+ *
  * Reads: cache hits are answered synchronously from a reused buffer; a miss
  * holds its own buffer until the fetch ends. Errors become errno only
  * through the ErrnoBoundary, as with fuse-native.
  *
  * May import: src/errors.ts, src/native.ts, src/format/, ./*.
  */
+import { createHash } from 'node:crypto'
+import { isDeepStrictEqual } from 'node:util'
 import { constants as osConstants } from 'node:os'
 import { UnsupportedError, UsageError, describeError } from '../errors.js'
-import { MNT_DETACH, nativeFuseServer, nativeMounts, type NativeFuseServer, type NativeFuseServerBinding } from '../native.js'
+import { MNT_DETACH, nativeFuseServer, nativeMounts, type NativeFuseEvent, type NativeFuseServer, type NativeFuseServerBinding, type NativeFuseServerOptions } from '../native.js'
 import type { ErrnoBoundary } from './errno-boundary.js'
 import type { FileReader } from './file-reader.js'
 import { checkFsName, lazyUnmount, setReadAhead, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
 import { fetchFailureErrno } from './fuse-ops.js'
 import type { ImageView } from './image-view.js'
 import { encodeKernelFuseTable, type KernelFuseTable } from './kernel-fuse-table.js'
+import type { ConnectionKeeper, KeptConnection } from './kernel-fuse-keeper.js'
 
 const EVENT_INIT = 1
 const EVENT_READ = 2
@@ -33,14 +42,21 @@ const EVENT_CLOSED = 3
 const PAGE_BYTES = 4096
 /** The kernel's limit on pages per request (FUSE_MAX_MAX_PAGES). */
 const MAX_PAGES = 256
-/** Buffers kept for reads that wait on a fetch; more are allocated when needed. */
+/**
+ * Read buffers kept for reuse, shared by every mount of the process (they
+ * were 8 per mount: up to 8 MiB resident per mount after a read burst; 20
+ * mounts, 160 MiB). More are allocated when reads wait on fetches.
+ */
 const SPARE_BUFFERS = 8
+const sparesBySize = new Map<number, Buffer[]>()
 const { EIO, ENOENT } = osConstants.errno
 
 export interface KernelFuseContext {
   view: ImageView
   files: FileReader
   boundary: ErrnoBoundary
+  /** One line per event worth a human's attention. */
+  log: (line: string) => void
 }
 
 /** Counters of the server's own threads (requests it answered, by kind). */
@@ -55,6 +71,42 @@ export interface KernelFuseCounters {
 
 export interface KernelFuseMount extends FuseMount {
   counters: () => KernelFuseCounters
+  /** Served from a connection an earlier daemon kept (no new mount, no INIT). */
+  adopted: boolean
+}
+
+/** sha256 hex of a metadata table: what a takeover compares. Sync. */
+export function tableDigest (table: Buffer): string {
+  return createHash('sha256').update(table).digest('hex')
+}
+
+/** The server options and mount(2) options for `options`. Sync. */
+function serverSettings (options: FuseMountOptions): { server: NativeFuseServerOptions, maxRead: number, mountOptions: string } {
+  const maxPages = Math.min(MAX_PAGES, Math.max(1, Math.ceil(options.maxReadBytes / PAGE_BYTES)))
+  const maxRead = maxPages * PAGE_BYTES
+  const mountOptions = [
+    ...(options.allowOther ? ['allow_other'] : []),
+    ...(options.defaultPermissions ? ['default_permissions'] : []),
+    `max_read=${maxRead}`
+  ].join(',')
+  const server = {
+    entryValidS: options.entryTimeoutS,
+    attrValidS: options.attrTimeoutS,
+    negativeValidS: options.negativeTimeoutS,
+    maxPages,
+    maxReadahead: Math.max(maxRead, (options.readAheadKiB ?? 0) * 1024)
+  }
+  return { server, maxRead, mountOptions }
+}
+
+/** Drop the spare read buffers of every mount (the daemon's memory settler, after a burst). Sync; returns the bytes dropped. */
+export function releaseReadBuffers (): number {
+  let bytes = 0
+  for (const spare of sparesBySize.values()) {
+    for (const b of spare) bytes += b.length
+    spare.length = 0
+  }
+  return bytes
 }
 
 /** Why the kernel backend cannot serve `options` here, or undefined when it can. Sync. */
@@ -77,19 +129,13 @@ export function kernelFuseUnavailable (options: FuseMountOptions): string | unde
  * answered. Rejects with UnsupportedError when the backend is unavailable,
  * UsageError when the mount fails (the kernel's reason included).
  */
-export async function mountKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions): Promise<KernelFuseMount> {
+export async function mountKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions, keeper?: ConnectionKeeper): Promise<KernelFuseMount> {
   const why = kernelFuseUnavailable(options)
   if (why !== undefined) throw new UnsupportedError(`the kernel FUSE backend cannot mount ${mountpoint}: ${why}`)
   checkFsName(options.fsName)
   const native = nativeFuseServer()
   const table = encodeKernelFuseTable(context.view)
-  const maxPages = Math.min(MAX_PAGES, Math.max(1, Math.ceil(options.maxReadBytes / PAGE_BYTES)))
-  const maxRead = maxPages * PAGE_BYTES
-  const mountOptions = [
-    ...(options.allowOther ? ['allow_other'] : []),
-    ...(options.defaultPermissions ? ['default_permissions'] : []),
-    `max_read=${maxRead}`
-  ].join(',')
+  const { server: serverOptions, maxRead, mountOptions } = serverSettings(options)
   // The server keeps its own copy of the table; JS keeps only what reads need (not the bytes).
   const reads = new ReadServer(native, context, { inodes: table.inodes, pathOf: table.pathOf }, maxRead)
   let initDone: () => void = () => {}
@@ -100,17 +146,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
   })
   let server: NativeFuseServer
   try {
-    server = native.fuseServerMount(mountpoint, options.fsName, mountOptions, {
-      entryValidS: options.entryTimeoutS,
-      attrValidS: options.attrTimeoutS,
-      negativeValidS: options.negativeTimeoutS,
-      maxPages,
-      maxReadahead: Math.max(maxRead, (options.readAheadKiB ?? 0) * 1024)
-    }, table.bytes, (kind: number, unique: number, nodeid: number, offset: number, size: number) => {
-      if (kind === EVENT_READ) reads.read(unique, nodeid, offset, size)
-      else if (kind === EVENT_INIT) initDone()
-      else if (kind === EVENT_CLOSED) closedEarly() // after INIT this settles nothing
-    })
+    server = native.fuseServerMount(mountpoint, options.fsName, mountOptions, serverOptions, table.bytes, reads.onEvent(initDone, closedEarly))
   } catch (err) {
     throw new UsageError(`cannot mount FUSE at ${mountpoint}: ${describeError(err)}`, { cause: err })
   }
@@ -119,9 +155,64 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
   const keepAlive = setInterval(() => {}, 60_000)
   try { await init } finally { clearInterval(keepAlive) }
   if (options.readAheadKiB !== undefined) await setReadAhead(mountpoint, options.readAheadKiB)
+  if (keeper !== undefined) {
+    const negotiated = native.fuseServerInit(server)
+    const { kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags } = negotiated
+    try {
+      keeper.keep(native.fuseServerFd(server), {
+        mountpoint,
+        tableDigest: tableDigest(table.bytes),
+        init: { kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags },
+        options: { ...serverOptions, maxReadahead: negotiated.maxReadahead }
+      })
+    } catch (err) {
+      context.log(`mount ${mountpoint}: its FUSE connection is not kept, so it will not survive a daemon crash: ${describeError(err)}`)
+    }
+  }
+  return servedMount(native, server, mountpoint, false, keeper)
+}
+
+/**
+ * Serve `kept`, a connection an earlier daemon mounted at `mountpoint` and
+ * kept, from `context.view`, without a new INIT: the table this process
+ * builds must be byte-identical to the one recorded (node ids are its
+ * indices), and the server options equal. Sync. Throws UsageError naming
+ * the difference (the caller then discards the connection and mounts
+ * afresh); on success the server owns `kept.fd`.
+ */
+export function adoptKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions, kept: KeptConnection, keeper: ConnectionKeeper): KernelFuseMount {
+  const why = kernelFuseUnavailable(options)
+  if (why !== undefined) throw new UnsupportedError(`the kernel FUSE backend cannot take over ${mountpoint}: ${why}`)
+  const native = nativeFuseServer()
+  const table = encodeKernelFuseTable(context.view)
+  const { server: serverOptions, maxRead } = serverSettings(options)
+  const digest = tableDigest(table.bytes)
+  const { record } = kept
+  if (digest !== record.tableDigest) {
+    throw new UsageError(`cannot take over ${mountpoint}: this daemon builds a different metadata table (sha256 ${digest.slice(0, 16)}…, the connection was served from ${record.tableDigest.slice(0, 16)}…), so its node ids would not match`)
+  }
+  // max_readahead is what INIT settled (the kernel may ask for less): the rest must be as this daemon would mount now.
+  if (!isDeepStrictEqual({ ...serverOptions, maxReadahead: 0 }, { ...record.options, maxReadahead: 0 })) {
+    throw new UsageError(`cannot take over ${mountpoint}: it was served with options ${JSON.stringify(record.options)}, this daemon uses ${JSON.stringify(serverOptions)}`)
+  }
+  const reads = new ReadServer(native, context, { inodes: table.inodes, pathOf: table.pathOf }, maxRead)
+  let server: NativeFuseServer
+  try {
+    server = native.fuseServerAttach(kept.fd, record.options, table.bytes, record.init, reads.onEvent(() => {}, () => {}))
+  } catch (err) {
+    throw new UsageError(`cannot take over ${mountpoint}: ${describeError(err)}`, { cause: err })
+  }
+  reads.server = server
+  const resendError = native.fuseServerInit(server).resendError
+  if (resendError !== null) context.log(`take over ${mountpoint}: FUSE_NOTIFY_RESEND failed (${resendError}): requests the dead daemon had read are not answered`)
+  return servedMount(native, server, mountpoint, true, keeper)
+}
+
+function servedMount (native: NativeFuseServerBinding, server: NativeFuseServer, mountpoint: string, adopted: boolean, keeper: ConnectionKeeper | undefined): KernelFuseMount {
   let unmounting: Promise<void> | undefined
   return {
     mountpoint,
+    adopted,
     counters: () => native.fuseServerCounters(server),
     unmount: async () => {
       unmounting ??= (async () => {
@@ -130,6 +221,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
         } catch (err) {
           await lazyUnmount(mountpoint, err as Error)
         }
+        keeper?.forget(mountpoint)
       })()
       return await unmounting
     }
@@ -140,7 +232,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
 class ReadServer {
   /** Set once the mount exists; no READ arrives before. */
   server!: NativeFuseServer
-  readonly #spare: Buffer[] = []
+  readonly #spare: Buffer[]
   readonly #native: NativeFuseServerBinding
   readonly #context: KernelFuseContext
   readonly #table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>
@@ -151,9 +243,21 @@ class ReadServer {
     this.#context = context
     this.#table = table
     this.#bufferBytes = bufferBytes
+    let spare = sparesBySize.get(bufferBytes)
+    if (spare === undefined) sparesBySize.set(bufferBytes, spare = [])
+    this.#spare = spare
   }
 
-  read (unique: number, nodeid: number, offset: number, size: number): void {
+  /** The server's event callback: READs here, INIT and the connection's end to the given functions. */
+  onEvent (initDone: () => void, closed: () => void): NativeFuseEvent {
+    return (kind, unique, nodeid, offset, size) => {
+      if (kind === EVENT_READ) this.read(unique, nodeid, offset, size)
+      else if (kind === EVENT_INIT) initDone()
+      else if (kind === EVENT_CLOSED) closed() // after INIT this settles nothing
+    }
+  }
+
+  read (unique: bigint, nodeid: number, offset: number, size: number): void {
     const inode = this.#table.inodes[nodeid]
     if (inode === undefined) { this.#native.fuseServerReplyError(this.server, unique, ENOENT); return }
     const buf = this.#spare.pop() ?? Buffer.allocUnsafeSlow(Math.max(this.#bufferBytes, size))
@@ -169,7 +273,7 @@ class ReadServer {
       (err: unknown) => this.#answer(unique, buf, fetchFailureErrno(files, boundary, err, inode, offset, size, this.#table.pathOf(nodeid))))
   }
 
-  #answer (unique: number, buf: Buffer, result: number): void {
+  #answer (unique: bigint, buf: Buffer, result: number): void {
     try {
       if (result >= 0) this.#native.fuseServerReply(this.server, unique, buf, result)
       else this.#native.fuseServerReplyError(this.server, unique, -result || EIO)

@@ -1,0 +1,166 @@
+/**
+ * HeldConnections: the daemon's ConnectionKeeper (src/fs/kernel-fuse-keeper.ts)
+ * over an FdStore (the holder, or systemd) and a record file,
+ * `<home>/connections.json`, that says what each kept fd is (mountpoint,
+ * INIT negotiation, options, table digest).
+ *
+ * Consistency: a record is written before its fd is handed to the store, and
+ * removed after the fd is dropped, so a kept fd always has its record. At
+ * start, fds without a record are closed (their connections end) and
+ * records without an fd are dropped (their mounts died with the daemon;
+ * the mount manager cleans those mountpoints). The file is written by
+ * rename without fsync: it only has to survive the daemon's death, and a
+ * reboot ends every FUSE connection anyway.
+ *
+ * May import: src/errors.ts, src/fs/kernel-fuse-keeper.ts (types), ./*.
+ */
+import { closeSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { createHash } from 'node:crypto'
+import { join } from 'node:path'
+import { describeError } from '../errors.js'
+import type { ConnectionKeeper, ConnectionRecord, KeptConnection } from '../fs/kernel-fuse-keeper.js'
+import { fdStoreFromEnv, type FdStore } from './fd-stores.js'
+
+export const CONNECTIONS_FILE = 'connections.json'
+const FILE_VERSION = 1
+
+interface ConnectionsFile { version: number, connections: Record<string, ConnectionRecord> }
+
+/** The fd name of the connection at `mountpoint` (systemd's FDNAME rules). */
+export function connectionName (mountpoint: string): string {
+  return 'fuse-' + createHash('sha256').update(mountpoint).digest('hex').slice(0, 40)
+}
+
+export class HeldConnections implements ConnectionKeeper {
+  readonly store: FdStore
+  readonly #file: string
+  readonly #log: (line: string) => void
+  readonly #records: Map<string, ConnectionRecord>
+  /** Kept by an earlier daemon, not yet taken: by mountpoint. */
+  readonly #available = new Map<string, KeptConnection>()
+  /** Mountpoints an earlier daemon recorded whose connection is gone (nothing kept its fd). */
+  readonly lost: string[] = []
+  #storeFailed = false
+
+  /**
+   * The keeper of the store this process was started under, with what an
+   * earlier daemon kept; undefined when there is no store (a daemon started
+   * by hand or by a test: its mounts die with it). Sync; never throws (a
+   * store that cannot list is logged, and nothing is taken over).
+   */
+  static open (home: string, log: (line: string) => void): HeldConnections | undefined {
+    let store: FdStore | undefined
+    try { store = fdStoreFromEnv() } catch (err) { log(`FUSE connections will not survive this daemon: ${describeError(err)}`); return undefined }
+    if (store === undefined) return undefined
+    return new HeldConnections(store, join(home, CONNECTIONS_FILE), log)
+  }
+
+  constructor (store: FdStore, file: string, log: (line: string) => void) {
+    this.store = store
+    this.#file = file
+    this.#log = log
+    this.#records = readRecords(file, log)
+    let held = new Map<string, number>()
+    try { held = store.list() } catch (err) { this.#storeDown(err) }
+    for (const [name, fd] of held) {
+      const record = this.#records.get(name)
+      if (record !== undefined) { this.#available.set(record.mountpoint, { fd, record }); continue }
+      closeSync(fd)
+      try { store.drop(name) } catch (err) { this.#storeDown(err) }
+    }
+    for (const [name, record] of this.#records) {
+      if (held.has(name)) continue
+      this.#records.delete(name)
+      this.lost.push(record.mountpoint)
+    }
+    this.#save()
+  }
+
+  /** How many connections an earlier daemon kept that are still to be taken. */
+  get availableCount (): number { return this.#available.size }
+
+  /** Whether an earlier daemon kept a connection for `mountpoint` that is still to be taken. Sync. */
+  has (mountpoint: string): boolean { return this.#available.has(mountpoint) }
+
+  take (mountpoint: string): KeptConnection | undefined {
+    const kept = this.#available.get(mountpoint)
+    this.#available.delete(mountpoint)
+    return kept
+  }
+
+  keep (fd: number, record: ConnectionRecord): void {
+    const name = connectionName(record.mountpoint)
+    this.#records.set(name, record)
+    this.#save()
+    this.store.put(name, fd) // throws: the caller logs that this mount will not survive a crash
+  }
+
+  forget (mountpoint: string): void {
+    const name = connectionName(mountpoint)
+    if (!this.#records.has(name)) return
+    try { this.store.drop(name) } catch (err) { this.#storeDown(err) }
+    this.#records.delete(name)
+    this.#save()
+  }
+
+  discard (kept: KeptConnection): void {
+    try { closeSync(kept.fd) } catch {}
+    this.forget(kept.record.mountpoint)
+  }
+
+  /**
+   * After recovery: end every kept connection nobody took (its image is no
+   * longer wanted), so its mountpoint can be cleaned. Returns those
+   * mountpoints, and the lost ones. Sync; never throws.
+   */
+  releaseUntaken (): string[] {
+    const released = [...this.lost]
+    for (const kept of this.#available.values()) {
+      this.discard(kept)
+      released.push(kept.record.mountpoint)
+    }
+    this.#available.clear()
+    this.lost.length = 0
+    return released
+  }
+
+  /** Tell the store this daemon serves. Sync; never throws. */
+  ready (): void {
+    try { this.store.ready() } catch (err) { this.#storeDown(err) }
+  }
+
+  #storeDown (err: unknown): void {
+    if (this.#storeFailed) return
+    this.#storeFailed = true
+    this.#log(`the ${this.store.kind} fd store failed: FUSE connections may not survive this daemon: ${describeError(err)}`)
+  }
+
+  #save (): void {
+    const body: ConnectionsFile = { version: FILE_VERSION, connections: Object.fromEntries(this.#records) }
+    const tmp = `${this.#file}.tmp`
+    try {
+      writeFileSync(tmp, JSON.stringify(body) + '\n', { mode: 0o600 })
+      renameSync(tmp, this.#file)
+    } catch (err) {
+      this.#log(`cannot write ${this.#file}: a restarted daemon may not take over its mounts: ${describeError(err)}`)
+    }
+  }
+}
+
+/** The records of `file`; none (logged) when it is missing, unreadable or of another version. */
+function readRecords (file: string, log: (line: string) => void): Map<string, ConnectionRecord> {
+  let text: string
+  try { text = readFileSync(file, 'utf8') } catch { return new Map() }
+  try {
+    const body = JSON.parse(text) as ConnectionsFile
+    if (body.version !== FILE_VERSION || typeof body.connections !== 'object' || body.connections === null) throw new Error(`version ${String(body.version)}, expected ${FILE_VERSION}`)
+    const out = new Map<string, ConnectionRecord>()
+    for (const [name, r] of Object.entries(body.connections)) {
+      if (typeof r?.mountpoint === 'string' && typeof r.tableDigest === 'string' && connectionName(r.mountpoint) === name) out.set(name, r)
+    }
+    return out
+  } catch (err) {
+    log(`ignoring ${file}: ${describeError(err)}`)
+    return new Map()
+  }
+}

@@ -1,0 +1,339 @@
+/**
+ * The holder: a tiny process, started with layerd, that keeps layerd's FUSE
+ * connections alive when layerd dies. It has no image logic (so it never
+ * needs an upgrade); it
+ *   - starts layerd as its child, giving it one end of a socketpair as fd 3
+ *     (LAYERD_HOLDER_FD), and keeps the /dev/fuse fds layerd hands it there
+ *     (fd-store-protocol.ts), closing them only when layerd drops them;
+ *   - restarts layerd when it dies, at once when it had been serving for a
+ *     second or more, else with a backoff (250 ms doubling to 30 s), and
+ *     hands the kept fds to the new layerd;
+ *   - answers `status` and `restart` on `<home>/holder.sock` (JSON lines):
+ *     a planned restart asks layerd to hand over (SIGUSR2: it exits without
+ *     unmounting), then starts layerd from the entry given (new code from
+ *     disk) and answers once the new one serves;
+ *   - stops when layerd stops cleanly (exit 0: it unmounted everything) or
+ *     refuses to start (usage, already running).
+ * `<home>/holder.pid` names the holder; `<home>/layerd.pid` keeps naming layerd.
+ *
+ * May import: src/errors.ts, src/native.ts, ./fd-store-protocol.ts.
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
+import { chmod, rm } from 'node:fs/promises'
+import { createServer, type Server, type Socket } from 'node:net'
+import { join } from 'node:path'
+import { HolderError, LayerdError, describeError } from '../errors.js'
+import { nativeFdPassing, type NativeFdPassing } from '../native.js'
+import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
+
+/** layerd's exit code when it handed its connections over (SIGUSR2): restart it at once. */
+export const DAEMON_EXIT_HANDOVER = 6
+/** layerd exit codes after which restarting cannot help (clean stop, bad flags, another daemon holds the home): stop, with that code. */
+const DAEMON_EXIT_FINAL = new Set([0, 2, 3])
+/** A layerd that served at least this long is restarted at once. */
+const HEALTHY_MS = 1_000
+const BACKOFF_FIRST_MS = 250
+const BACKOFF_MAX_MS = 30_000
+/** A planned restart fails when the new layerd does not serve within this. */
+export const RESTART_TIMEOUT_MS = 30_000
+/** The holder's own exit codes. */
+export const HOLDER_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3 } as const
+
+export { HolderError }
+
+export interface HolderOptions {
+  home: string
+  /** layerd's entry script (dist/layerd/main.js); a planned restart may name another. */
+  daemonEntry: string
+  /** Flags for layerd after `--foreground --home HOME`. */
+  daemonArgs: string[]
+  log: (line: string) => void
+}
+
+export interface HolderStatus {
+  holderPid: number
+  daemonPid: number | null
+  /** When the current layerd reported that it serves (ISO), or null. */
+  daemonReadyAt: string | null
+  daemonEntry: string
+  startedAt: string
+  /** layerd starts after the first. */
+  restarts: number
+  keptFds: number
+}
+
+export interface RestartResult { oldPid: number | null, newPid: number, ms: number }
+
+interface Generation {
+  child: ChildProcess
+  sock: number
+  startedAt: number
+  readyAt?: number
+}
+
+export class Holder {
+  readonly #opts: HolderOptions
+  readonly #native: NativeFdPassing
+  readonly #fds = new Map<string, number>()
+  readonly #startedAt = new Date()
+  #entry: string
+  #current: Generation | undefined
+  #server: Server | undefined
+  #restarts = 0
+  #failures = 0
+  #stopping = false
+  #planned: { oldPid: number | null, started: number } | undefined
+  #readyWaiters: Array<(g: Generation) => void> = []
+  #done!: (code: number) => void
+  readonly finished: Promise<number>
+
+  constructor (opts: HolderOptions) {
+    this.#opts = opts
+    this.#entry = opts.daemonEntry
+    this.#native = nativeFdPassing()
+    this.finished = new Promise(resolve => { this.#done = resolve })
+  }
+
+  /** Take the pid file, listen, start layerd. Async; throws HolderError (code 'ERR_HOLDER') when another holder runs. */
+  async start (): Promise<void> {
+    this.#takePidFile()
+    try {
+      await this.#listen()
+      this.#spawn()
+    } catch (err) {
+      this.#releasePidFile()
+      throw err
+    }
+  }
+
+  status (): HolderStatus {
+    const g = this.#current
+    return {
+      holderPid: process.pid,
+      daemonPid: g?.child.pid ?? null,
+      daemonReadyAt: g?.readyAt === undefined ? null : new Date(performance.timeOrigin + g.readyAt).toISOString(),
+      daemonEntry: this.#entry,
+      startedAt: this.#startedAt.toISOString(),
+      restarts: this.#restarts,
+      keptFds: this.#fds.size
+    }
+  }
+
+  /**
+   * A planned restart: the running layerd hands over (SIGUSR2) and a new one
+   * from `entry` (default: the current entry) takes every connection. Async;
+   * resolves once the new layerd serves; rejects with HolderError after
+   * RESTART_TIMEOUT_MS or when no layerd runs.
+   */
+  async restart (entry?: string): Promise<RestartResult> {
+    const g = this.#current
+    if (g === undefined || g.child.exitCode !== null || this.#stopping) throw new HolderError('no layerd is running under this holder')
+    if (this.#planned !== undefined) throw new HolderError('a restart is already under way')
+    if (entry !== undefined) this.#entry = entry
+    const started = performance.now()
+    this.#planned = { oldPid: g.child.pid ?? null, started }
+    const ready = new Promise<Generation>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new HolderError(`the new layerd did not serve within ${RESTART_TIMEOUT_MS} ms; see ${join(this.#opts.home, 'layerd.log')}`)), RESTART_TIMEOUT_MS)
+      this.#readyWaiters.push(next => { clearTimeout(timer); resolve(next) })
+    })
+    g.child.kill('SIGUSR2')
+    try {
+      const next = await ready
+      return { oldPid: this.#planned.oldPid, newPid: next.child.pid!, ms: Math.round(performance.now() - started) }
+    } finally {
+      this.#planned = undefined
+    }
+  }
+
+  /** Stop layerd (SIGTERM: it unmounts) and then the holder. Async; resolves with the exit code. */
+  async stop (): Promise<number> {
+    if (!this.#stopping) {
+      this.#stopping = true
+      const child = this.#current?.child
+      if (child !== undefined && child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+      else this.#finish(HOLDER_EXIT.OK)
+    }
+    return await this.finished
+  }
+
+  #spawn (): void {
+    const [mine, theirs] = this.#native.fdSocketPair()
+    let child: ChildProcess
+    try {
+      // The holder's own node flags (the daemon's: DAEMON_NODE_FLAGS, passed by the launcher) go on to layerd.
+      child = spawn(process.execPath, [...process.execArgv, this.#entry, '--foreground', '--home', this.#opts.home, ...this.#opts.daemonArgs], {
+        stdio: ['ignore', 'inherit', 'inherit', theirs],
+        env: { ...process.env, [HOLDER_FD_ENV]: '3' }
+      })
+    } finally {
+      closeSync(theirs)
+    }
+    const g: Generation = { child, sock: mine, startedAt: performance.now() }
+    this.#current = g
+    this.#opts.log(`holder ${process.pid}: started layerd ${child.pid ?? '?'} (${this.#entry})`)
+    child.on('error', err => this.#opts.log(`holder: cannot start layerd: ${describeError(err)}`))
+    child.on('exit', (code, signal) => this.#exited(g, code, signal))
+    this.#serveFdStore(g)
+  }
+
+  #exited (g: Generation, code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.#current === g) this.#current = undefined
+    const how = signal !== null ? `was killed by ${signal}` : `exited with code ${code ?? '?'}`
+    if (this.#stopping || (code !== null && DAEMON_EXIT_FINAL.has(code) && this.#planned === undefined)) {
+      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}; the holder stops`)
+      this.#finish(this.#stopping ? HOLDER_EXIT.OK : code ?? HOLDER_EXIT.FAILURE)
+      return
+    }
+    const now = performance.now()
+    const healthy = g.readyAt !== undefined && now - g.readyAt >= HEALTHY_MS
+    const planned = this.#planned !== undefined || code === DAEMON_EXIT_HANDOVER
+    this.#failures = healthy || planned ? 0 : this.#failures + 1
+    const delay = this.#failures === 0 ? 0 : Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (this.#failures - 1))
+    this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${planned ? ' (handover)' : code === 5 ? ' (a fatal error: its cause is logged above)' : ''}; ` +
+      `starting a new one${delay > 0 ? ` in ${delay} ms (${this.#failures} failed start(s) in a row)` : ''}; ${this.#fds.size} connection(s) kept`)
+    this.#restarts++
+    setTimeout(() => { if (!this.#stopping) this.#spawn() }, delay)
+  }
+
+  /** Serve one layerd's requests until its end of the socketpair closes. */
+  #serveFdStore (g: Generation): void {
+    const next = (): void => {
+      this.#native.fdRecvAsync(g.sock, MAX_MESSAGE_BYTES, (err, m) => {
+        if (err !== null || m === null) {
+          if (err !== null && err.code !== 'ECONNRESET') this.#opts.log(`holder: the fd socket of layerd ${g.child.pid ?? '?'} failed: ${describeError(err)}`)
+          closeSync(g.sock)
+          return
+        }
+        try {
+          this.#answer(g, m.data, m.fds)
+        } catch (e) {
+          this.#opts.log(`holder: answering layerd ${g.child.pid ?? '?'}: ${describeError(e)}`)
+        }
+        next()
+      })
+    }
+    next()
+  }
+
+  #answer (g: Generation, data: Buffer, fds: number[]): void {
+    const reply = (r: HolderReply, attach: number[] = []): void => { this.#native.fdSend(g.sock, encodeMessage(r), attach) }
+    const req = decodeRequest(data)
+    if (typeof req === 'string' || (req.op === 'put' ? fds.length !== 1 : fds.length !== 0)) {
+      for (const fd of fds) closeSync(fd)
+      reply({ op: 'error', message: typeof req === 'string' ? req : `${req.op} with ${fds.length} fd(s)` })
+      return
+    }
+    switch (req.op) {
+      case 'put': {
+        const old = this.#fds.get(req.name)
+        if (old !== undefined) closeSync(old)
+        this.#fds.set(req.name, fds[0]!)
+        reply({ op: 'ok' })
+        return
+      }
+      case 'drop': {
+        const fd = this.#fds.get(req.name)
+        if (fd !== undefined) closeSync(fd)
+        this.#fds.delete(req.name)
+        reply({ op: 'ok' })
+        return
+      }
+      case 'list':
+        for (const [name, fd] of this.#fds) reply({ op: 'fd', name }, [fd])
+        reply({ op: 'end', count: this.#fds.size })
+        return
+      case 'ready':
+        g.readyAt = performance.now()
+        reply({ op: 'ok' })
+        this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} serves, ${Math.round(g.readyAt - g.startedAt)} ms after its start`)
+        for (const w of this.#readyWaiters.splice(0)) w(g)
+    }
+  }
+
+  async #listen (): Promise<void> {
+    const path = join(this.#opts.home, HOLDER_SOCKET)
+    await rm(path, { force: true })
+    const server = createServer(socket => this.#serveControl(socket))
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      const previous = process.umask(0o177)
+      try { server.listen(path, () => { server.off('error', reject); resolve() }) } finally { process.umask(previous) }
+    })
+    await chmod(path, 0o600)
+    this.#server = server
+  }
+
+  /** JSON lines: { id, method: 'status' | 'restart', params?: { entry? } } → { id, result } | { id, error: { code, message } }. */
+  #serveControl (socket: Socket): void {
+    let buffered = ''
+    socket.setEncoding('utf8')
+    socket.on('error', () => socket.destroy())
+    socket.on('data', (chunk: string) => {
+      buffered += chunk
+      if (buffered.length > MAX_MESSAGE_BYTES) { socket.destroy(); return }
+      let nl: number
+      while ((nl = buffered.indexOf('\n')) !== -1) {
+        const line = buffered.slice(0, nl)
+        buffered = buffered.slice(nl + 1)
+        void this.#control(line).then(r => { if (!socket.destroyed) socket.write(JSON.stringify(r) + '\n') })
+      }
+    })
+  }
+
+  async #control (line: string): Promise<unknown> {
+    let req: { id?: unknown, method?: unknown, params?: { entry?: unknown } }
+    try { req = JSON.parse(line) } catch { return { id: null, error: { code: 'ERR_USAGE', message: 'request is not valid JSON' } } }
+    if (typeof req !== 'object' || req === null) return { id: null, error: { code: 'ERR_USAGE', message: 'request is not an object' } }
+    const id = typeof req.id === 'number' ? req.id : null
+    try {
+      if (req.method === 'status') return { id, result: this.status() }
+      if (req.method === 'restart') {
+        const entry = req.params?.entry
+        if (entry !== undefined && typeof entry !== 'string') throw new HolderError('restart: entry must be a path')
+        return { id, result: await this.restart(entry) }
+      }
+      return { id, error: { code: 'ERR_USAGE', message: `unknown method ${JSON.stringify(req.method)}` } }
+    } catch (err) {
+      return { id, error: { code: err instanceof LayerdError ? err.code : 'ERR_INTERNAL', message: describeError(err) } }
+    }
+  }
+
+  #finish (code: number): void {
+    this.#server?.close()
+    rmSync(join(this.#opts.home, HOLDER_SOCKET), { force: true })
+    for (const fd of this.#fds.values()) { try { closeSync(fd) } catch {} }
+    this.#fds.clear()
+    this.#releasePidFile()
+    this.#done(code)
+  }
+
+  #takePidFile (): void {
+    const path = join(this.#opts.home, HOLDER_PID_FILE)
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        const fd = openSync(path, 'wx', 0o600)
+        writeSync(fd, `${process.pid}\n`)
+        closeSync(fd)
+        return
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
+        const pid = holderPidIn(this.#opts.home)
+        if (pid !== undefined && pid !== process.pid) throw new HolderError(`a layerd holder already runs for ${this.#opts.home} (pid ${pid})`)
+        rmSync(path, { force: true }) // stale: its process is gone
+      }
+    }
+  }
+
+  #releasePidFile (): void {
+    if (holderPidIn(this.#opts.home) === process.pid) rmSync(join(this.#opts.home, HOLDER_PID_FILE), { force: true })
+  }
+}
+
+/** The pid in `<home>/holder.pid` if that process is alive. Sync. */
+export function holderPidIn (home: string): number | undefined {
+  let pid: number
+  try { pid = Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim()) } catch { return undefined }
+  if (!Number.isSafeInteger(pid) || pid <= 0) return undefined
+  try { process.kill(pid, 0); return pid } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' ? pid : undefined }
+}
