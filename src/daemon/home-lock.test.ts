@@ -33,7 +33,8 @@ t.test(`HomeLock: ${CONCURRENT_STARTS} layerd started at once for one home end w
   // The losers exit on their own; the winner serves until stopped.
   const losers: Exited[] = []
   for (const s of starts) void s.exited.then(e => losers.push(e))
-  await waitFor(() => losers.length >= CONCURRENT_STARTS - 1, 20_000)
+  // Generous: eight Node processes loading layerd at once on a shared 2-core machine take a while.
+  await waitFor(() => losers.length >= CONCURRENT_STARTS - 1, 120_000, () => `${losers.length} of ${CONCURRENT_STARTS} starts exited: ${losers.map(l => l.code).join(', ')}`)
   await new Promise(resolve => setTimeout(resolve, 500)) // a second winner would show up as one more live process
   t.equal(losers.length, CONCURRENT_STARTS - 1, `${losers.length} of ${CONCURRENT_STARTS} exited`)
   for (const l of losers) {
@@ -84,10 +85,10 @@ t.test('HomeLock.acquire() waits for a holder that lets go, and names the holder
   t.notOk(second.held, 'release() is idempotent')
 })
 
-async function waitFor (cond: () => boolean, timeoutMs = 10_000): Promise<void> {
+async function waitFor (cond: () => boolean, timeoutMs = 10_000, what = (): string => ''): Promise<void> {
   const deadline = Date.now() + timeoutMs
   while (!cond()) {
-    if (Date.now() > deadline) throw new Error('timed out')
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms ${what()}`)
     await new Promise(resolve => setTimeout(resolve, 50))
   }
 }
