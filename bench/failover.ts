@@ -9,9 +9,10 @@
  * holder), one plain mount; 4 probe readers (python, on the host) read small
  * files of the image in a loop with their page cache dropped before each
  * read, so every read reaches the daemon, and record every read slower than
- * 10 ms. The stall of an event is the longest read that was under way when
- * it happened (a read that started before the event and ended after it);
- * a probe that saw no slow read around it counts 10 ms. 20 kills, then 20
+ * 10 ms. The stall of an event is the longest read that was under way
+ * between the event and the moment the new daemon answered its control
+ * socket (started before that moment, ended after the event); when no slow
+ * read overlaps that window it counts 10 ms. 20 kills, then 20
  * restarts, each once the new daemon serves and reads have gone on for 1 s.
  *
  *   node dist/bench/failover.js [--kills 20] [--restarts 20]
@@ -62,17 +63,18 @@ try {
     child.stdin.end(JSON.stringify({ root: mnt, files, until: Date.now() / 1000 + 3600, stopFile, slowS: SLOW_S, pauseS: 0.002 }))
   }))
   let pid = await servingPid(node.home, undefined)
-  const events: Array<{ kind: 'crash' | 'restart', at: number }> = []
+  const events: Array<{ kind: 'crash' | 'restart', at: number, servedAt: number }> = []
   for (let i = 0; i < kills + restarts; i++) {
     await new Promise(resolve => setTimeout(resolve, READ_THROUGH_MS))
     const kind = i < kills ? 'crash' : 'restart'
-    events.push({ kind, at: Date.now() / 1000 })
+    const at = Date.now() / 1000
     if (kind === 'crash') await node.killDaemon()
     else {
       const r = await node.layerctl('daemon', 'restart')
       if (r.code !== 0) throw new Error(`restart: ${r.stderr}`)
     }
     pid = await servingPid(node.home, pid)
+    events.push({ kind, at, servedAt: Date.now() / 1000 })
   }
   await new Promise(resolve => setTimeout(resolve, READ_THROUGH_MS))
   await writeFile(stopFile, '')
@@ -81,11 +83,11 @@ try {
   const errors = reports.flatMap(r => r.errors)
   const wrong = reports.flatMap(r => r.wrong)
   const slow = reports.flatMap(r => r.slow)
-  const stall = (at: number): number => Math.max(SLOW_S, ...slow.filter(([end, s]) => end - s <= at && end >= at).map(([, s]) => s))
+  const stall = (e: { at: number, servedAt: number }): number => Math.max(SLOW_S, ...slow.filter(([end, s]) => end - s <= e.servedAt && end >= e.at).map(([, s]) => s))
   const rows: string[] = []
   const summary: Record<string, { n: number, p50: number, p99: number, max: number }> = {}
   for (const kind of ['crash', 'restart'] as const) {
-    const stalls = events.filter(e => e.kind === kind).map(e => stall(e.at))
+    const stalls = events.filter(e => e.kind === kind).map(e => stall(e))
     if (stalls.length === 0) continue
     summary[kind] = { n: stalls.length, p50: percentile(stalls, 50), p99: percentile(stalls, 99), max: Math.max(...stalls) }
     const s = summary[kind]!
