@@ -29,16 +29,8 @@ const USER_HZ = 100
 const STDOUT_KEEP_CHARS = 64 * 1024
 const STDERR_TAIL_CHARS = 2000
 
-/** `--name value` from argv, or the fallback. */
-export function arg (name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback
-}
-
-/** True when `--name` is on the command line. */
-export function flag (name: string): boolean {
-  return process.argv.includes(`--${name}`)
-}
+/** The `--out DIR` option of every bench that writes a report (bench-args.ts). */
+export const REPORT_OPTIONS = { out: { type: 'string', default: RESULTS_DIR, value: 'DIR' } } as const
 
 export function median (xs: number[]): number {
   if (xs.length === 0) return NaN
@@ -203,11 +195,12 @@ export interface BenchReport {
 }
 
 /**
- * Print the report and write bench/results/<name>.json and .md (or into
- * `--out DIR`). Async; rejects if the files cannot be written.
+ * Print the report and write <outDir>/<name>.json and .md (bench/results/
+ * unless the bench's `--out DIR` says otherwise). Async; rejects if the
+ * files cannot be written.
  */
-export async function writeReport (r: BenchReport): Promise<void> {
-  const dir = resolve(arg('out', RESULTS_DIR))
+export async function writeReport (r: BenchReport, outDir: string = RESULTS_DIR): Promise<void> {
+  const dir = resolve(outDir)
   const when = new Date().toISOString()
   const md = [
     `# ${r.title}`,

@@ -42,12 +42,26 @@ import { FastCdcChunker } from '../src/format/chunker.js'
 import { blobKey } from '../src/format/keys.js'
 import type { ChunkRef } from '../src/format/toc.js'
 import { FsObjectStore } from '../src/store/fs-object-store.js'
-import { arg, flag, fmt, markdownTable, MB, MIB, REPO_ROOT, startLoadSampler, writeReport } from './bench-report.js'
+import { fmt, REPORT_OPTIONS, markdownTable, MB, MIB, REPO_ROOT, startLoadSampler, writeReport } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 import { runCommand } from '../fixtures/run-command.js'
 import { NodeDisk } from './deploy/node-disk.js'
 
 const BLOB_TARGET_BYTES = 32 * MIB
 const DISK_BYTES = 4 * 1024 * MIB
+const SPEC = {
+  source: { type: 'string', value: 'DIR,DIR…' },
+  mib: { type: 'string', default: '48', value: 'N' },
+  readers: { type: 'string', default: '16', value: 'N' },
+  sync: { type: 'boolean' },
+  'write-delay-ms': { type: 'string', default: '250', value: 'MS' },
+  'writeback-ms': { type: 'string', default: '0', value: 'MS' },
+  'read-gap-ms': { type: 'string', default: '0', value: 'MS' },
+  work: { type: 'string', default: '/var/tmp', value: 'DIR' },
+  'disk-dir': { type: 'string', value: 'DIR' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('cache-writes', SPEC)
 
 interface Chunk { digest: string, plain: Buffer, frame: Buffer }
 /** One file: the refs a read of it asks for. */
@@ -113,13 +127,13 @@ interface PhaseFigures { phase: string, seconds: number, processWriteBytes: numb
 
 async function main (): Promise<void> {
   const pythons = readdirSync('/usr/lib').filter(n => /^python3(\.\d+)?$/.test(n)).map(n => `/usr/lib/${n}`)
-  const sources = arg('source', [join(REPO_ROOT, 'node_modules'), ...pythons].join(',')).split(',')
-  const mib = Number(arg('mib', '48'))
-  const readers = Number(arg('readers', '16'))
-  const noSync = !flag('sync')
-  const writeDelayMs = Number(arg('write-delay-ms', '250'))
-  const writebackMs = Number(arg('writeback-ms', '0'))
-  const readGapMs = Number(arg('read-gap-ms', '0'))
+  const sources = (ARGS.optString('source') ?? [join(REPO_ROOT, 'node_modules'), ...pythons].join(',')).split(',')
+  const mib = ARGS.number('mib', { min: 1 })
+  const readers = ARGS.number('readers', { min: 1 })
+  const noSync = !ARGS.flag('sync')
+  const writeDelayMs = ARGS.number('write-delay-ms')
+  const writebackMs = ARGS.number('writeback-ms')
+  const readGapMs = ARGS.number('read-gap-ms')
   const command = `node dist/bench/cache-writes.js --mib ${mib} --readers ${readers} --write-delay-ms ${writeDelayMs}${noSync ? '' : ' --sync'}${writebackMs > 0 ? ` --writeback-ms ${writebackMs}` : ''}${readGapMs > 0 ? ` --read-gap-ms ${readGapMs}` : ''}`
   console.error(command)
   const load = startLoadSampler()
@@ -129,8 +143,8 @@ async function main (): Promise<void> {
   const sizes = chunks.map(c => c.plain.length).sort((a, b) => a - b)
   console.error(`  ${files.length} files, ${chunks.length} distinct chunks, ${fmt(plainBytes / MB, 1)} MB plain, median chunk ${fmt(sizes[sizes.length >> 1]! / 1024, 1)} KiB`)
 
-  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-cache-writes-'))
-  const disk = await NodeDisk.create(join(arg('disk-dir', work), 'node'), DISK_BYTES)
+  const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-cache-writes-'))
+  const disk = await NodeDisk.create(join(ARGS.optString('disk-dir') ?? work, 'node'), DISK_BYTES)
   try {
     // ---- the store: frames packed into blobs in file order (what push does)
     const store = new FsObjectStore(join(work, 'store'), { fsync: false })
@@ -222,7 +236,7 @@ async function main (): Promise<void> {
       '',
       markdownTable(['phase', 's', 'process write_bytes (MB)', 'device written (MB)', 'device ÷ plain inserted', 'kept (MB)', 'lmdb file (MB)'], rows)
     ].join('\n')
-    await writeReport({ name: 'cache-writes', title: 'Chunk cache write amplification', command, load: load.stop(), markdown, data: { plainBytes, chunks: chunks.length, files: files.length, readers, noSync, figures } })
+    await writeReport({ name: 'cache-writes', title: 'Chunk cache write amplification', command, load: load.stop(), markdown, data: { plainBytes, chunks: chunks.length, files: files.length, readers, noSync, figures } }, ARGS.string('out'))
   } finally {
     await disk.destroy()
     await rm(work, { recursive: true, force: true })

@@ -42,6 +42,7 @@ import { FastCdcChunker } from '../src/format/chunker.js'
 import { blobKey } from '../src/format/keys.js'
 import type { ChunkRef } from '../src/format/toc.js'
 import { FsObjectStore } from '../src/store/fs-object-store.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
 const MIB = 1024 * 1024
 const MB = 1e6
@@ -53,14 +54,19 @@ const FLUSH_KEYS = 10_000
 interface Chunk { digest: string, plain: Buffer, frame: Buffer }
 interface Row { what: string, figure: string, detail: string }
 
+const SPEC = {
+  source: { type: 'string', value: 'DIR,DIR…' },
+  mib: { type: 'string', default: '96', value: 'N' },
+  json: { type: 'string', value: 'FILE' }
+} satisfies BenchOptions
+
 function args (): { sources: string[], mib: number, json: string } {
-  const a = process.argv.slice(2)
-  const get = (flag: string): string | undefined => { const i = a.indexOf(flag); return i >= 0 ? a[i + 1] : undefined }
+  const a = benchArgs('cache', SPEC)
   const pythons = readdirSync('/usr/lib').filter(n => /^python3(\.\d+)?$/.test(n)).map(n => `/usr/lib/${n}`)
   return {
-    sources: get('--source')?.split(',') ?? ['/usr/lib/x86_64-linux-gnu', '/usr/bin', ...pythons],
-    mib: Number(get('--mib') ?? 96),
-    json: get('--json') ?? join(REPO_ROOT, 'bench/results/cache.json')
+    sources: a.optString('source')?.split(',') ?? ['/usr/lib/x86_64-linux-gnu', '/usr/bin', ...pythons],
+    mib: a.number('mib', { min: 1 }),
+    json: a.optString('json') ?? join(REPO_ROOT, 'bench/results/cache.json')
   }
 }
 

@@ -23,11 +23,12 @@ import { mkdir, writeFile } from 'node:fs/promises'
 import { dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Compressor } from 'zstd-napi'
-import { describeError, UsageError } from '../src/errors.js'
+import { describeError } from '../src/errors.js'
 import { FastCdcChunker } from '../src/format/chunker.js'
 import { candidates, type Candidate } from './chunking-strategies.js'
 import { loadFixtureSeries } from './fixture-series.js'
 import { loadSeries, type SeriesImage, type SeriesLayer } from './image-series.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
 const ZSTD_LEVEL = 3
 const MB = 1e6
@@ -203,26 +204,27 @@ function table (results: CandidateFigures[], series: SeriesImage[]): string {
 
 interface Args { fixtures?: string, images: string[], only?: string[], json: string }
 
-function parseArgs (argv: string[]): Args {
-  const out: Args = { images: [], json: resolve(REPO_ROOT, 'bench/results/chunking.json') }
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!
-    const value = (): string => {
-      const v = argv[++i]
-      if (v === undefined) throw new UsageError(`${arg} needs a value`)
-      return v
-    }
-    if (arg === '--fixtures') out.fixtures = value()
-    else if (arg === '--image') out.images.push(value())
-    else if (arg === '--only') out.only = value().split(',')
-    else if (arg === '--json') out.json = resolve(value())
-    else throw new UsageError(`unknown argument ${JSON.stringify(arg)}; usage: chunking.js [--fixtures DIR] [--image NAME=PATH[,PATH…]]… [--only A,B] [--json OUT]`)
+const SPEC = {
+  fixtures: { type: 'string', value: 'DIR' },
+  image: { type: 'string', multiple: true, value: 'NAME=PATH[,PATH…]' },
+  only: { type: 'string', value: 'A,B' },
+  json: { type: 'string', default: resolve(REPO_ROOT, 'bench/results/chunking.json'), value: 'OUT' }
+} satisfies BenchOptions
+
+function parseArgs (): Args {
+  const a = benchArgs('chunking', SPEC)
+  const fixtures = a.optString('fixtures')
+  const only = a.optString('only')
+  return {
+    ...(fixtures !== undefined ? { fixtures } : {}),
+    images: a.list('image'),
+    ...(only !== undefined ? { only: only.split(',') } : {}),
+    json: resolve(a.string('json'))
   }
-  return out
 }
 
 async function main (): Promise<void> {
-  const args = parseArgs(process.argv.slice(2))
+  const args = parseArgs()
   let source = 'images given by --image'
   let series: SeriesImage[]
   if (args.images.length > 0) series = await loadSeries(args.images)

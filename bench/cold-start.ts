@@ -31,9 +31,16 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode } from '../fixtures/layerd-harness.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
-import { arg, dropPageCaches, fmt, LAYERCTL_JS, markdownTable, MB, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { dropPageCaches, REPORT_OPTIONS, fmt, LAYERCTL_JS, markdownTable, MB, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
-const REPS = Number(arg('reps', '7'))
+const SPEC = {
+  reps: { type: 'string', default: '7', value: 'N' },
+  work: { type: 'string', default: '/var/tmp', value: 'DIR' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('cold-start', SPEC)
+const REPS = ARGS.number('reps', { min: 1 })
 const IMAGE = 'bench/python:v1'
 const WORKLOAD = `/usr/bin/python3 -c 'import json, sqlite3, ssl'`
 
@@ -84,7 +91,7 @@ function extractScript (layer: Layer, dir: string, gunzip: string): string {
 async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
-  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-cold-'))
+  const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-cold-'))
   const command = `node dist/bench/cold-start.js --reps ${REPS}`
   console.error(`${command}\n  work dir ${work}`)
   const load = startLoadSampler()
@@ -187,7 +194,7 @@ async function main (): Promise<void> {
         `${fmt(ratios.fetchedOverImageBytes * 100, 1)}% of imageBytes (${fmt(up.imageBytes / MB)} MB uncompressed). ` +
         'Reference: stargz-store fetched 10.1 MB of a 69.7 MB compressed image (14.5%) for this workload on this machine.'
     ].join('\n')
-    await writeReport({ name: 'cold-start', title: 'Cold start: python3 -c "import json, sqlite3, ssl" — layerd vs full extraction', command, load: load.stop(), markdown, data: { reps: REPS, compressedImageBytes, whiteouts, figures, ratios } })
+    await writeReport({ name: 'cold-start', title: 'Cold start: python3 -c "import json, sqlite3, ssl" — layerd vs full extraction', command, load: load.stop(), markdown, data: { reps: REPS, compressedImageBytes, whiteouts, figures, ratios } }, ARGS.string('out'))
   } finally {
     await rm(work, { recursive: true, force: true })
   }

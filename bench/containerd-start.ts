@@ -30,7 +30,8 @@ import { ContainerdInstance } from '../fixtures/containerd.js'
 import { layerdNode } from '../fixtures/layerd-harness.js'
 import { unmountAllUnder } from '../src/host/mount-table.js'
 import { snapshotterSocketPath } from '../src/snapshotter/containerd-snapshotter.js'
-import { arg, fmt, loadAverage, markdownTable, RESULTS_DIR, startLoadSampler, writeReport } from './bench-report.js'
+import { fmt, loadAverage, markdownTable, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 import { ensureDeployCorpus, type TaskImage } from './deploy/corpus.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import { NodeDisk } from './deploy/node-disk.js'
@@ -43,17 +44,22 @@ type Side = 'overlayfs' | 'layerd'
 const SIDES: Side[] = ['overlayfs', 'layerd']
 const DISK_BYTES = 16 * 1024 ** 3
 
-interface SideRun { side: Side, seconds: number, readyMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string> }
+interface SideRun { side: Side, seconds: number, readyMs: number[], pullMs: number[], runMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string> }
 
 interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, log: (line: string) => void }
 
 const log = (line: string): void => { process.stderr.write(`containerd-start: ${line}\n`) }
 
-function positiveInt (name: string, fallback: number): number {
-  const v = Number(arg(name, String(fallback)))
-  if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer`)
-  return v
-}
+const SPEC = {
+  containers: { type: 'string', default: '8', value: 'N' },
+  images: { type: 'string', default: '4', value: 'N' },
+  concurrency: { type: 'string', default: '4', value: 'N' },
+  bandwidth: { type: 'string', default: '1g', value: 'BITS/S' },
+  'rtt-ms': { type: 'string', default: '1', value: 'MS' },
+  task: { type: 'string', default: 'load', value: 'TASK' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('containerd-start', SPEC)
 
 function check (p: Placement<TaskImage>, side: Side, task: DeployTask, code: number, stdout: string, stderr: string, outputs: Record<string, string>): void {
   const line = stdout.trim().split('\n')[0] ?? ''
@@ -80,11 +86,15 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
     const c = containerd
     await disk.markBaseline()
     const prepared = new Map<string, Promise<void>>()
+    const pullMs: number[] = []
+    const runMs: number[] = []
     const prepare = async (t: TaskImage): Promise<void> => {
+      const t0 = performance.now()
       const r = side === 'overlayfs'
         ? await c.ctr('images', 'pull', '--plain-http', '--snapshotter', 'overlayfs', `${proxy.hostPort}/${t.ref}`)
         : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address)
       if (r.code !== 0) throw new Error(`${side}: pulling ${t.ref}: ${r.stderr.trim().slice(-500)}`)
+      pullMs.push(performance.now() - t0)
     }
     const outputs: Record<string, string> = {}
     const { seconds, timings } = await runWithConcurrency(placements, ctx.concurrency, async p => {
@@ -93,13 +103,15 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       if (pull === undefined) { pull = prepare(p.task); prepared.set(p.task.ref, pull) }
       await pull
       const image = side === 'overlayfs' ? `${proxy.hostPort}/${p.task.ref}` : p.task.ref
+      const t1 = performance.now()
       const r = await c.ctr('run', '--rm', '--snapshotter', side, image, `${side}-${p.index}`, ...ctx.task.command)
+      runMs.push(performance.now() - t1)
       const readyMs = performance.now() - t0
       check(p, side, ctx.task, r.code, r.stdout, r.stderr, outputs)
       return { readyMs }
     })
     const figures = await disk.figures()
-    return { side, seconds, readyMs: timings.map(x => x.readyMs), bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs }
+    return { side, seconds, readyMs: timings.map(x => x.readyMs), pullMs, runMs, bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs }
   } finally {
     await containerd?.stop()
     if (containerd !== undefined) await rm(containerd.dir, { recursive: true, force: true })
@@ -112,11 +124,11 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
 }
 
 async function main (): Promise<void> {
-  const containers = positiveInt('containers', 8)
-  const images = positiveInt('images', 4)
-  const concurrency = positiveInt('concurrency', 4)
-  const link: LinkSpec = { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs: Number(arg('rtt-ms', '1')) }
-  const task = deployTask(arg('task', 'load'))
+  const containers = ARGS.number('containers', { min: 1 })
+  const images = ARGS.number('images', { min: 1 })
+  const concurrency = ARGS.number('concurrency', { min: 1 })
+  const link: LinkSpec = { bitsPerSecond: parseBandwidth(ARGS.string('bandwidth')), rttMs: ARGS.number('rtt-ms', { integer: false }) }
+  const task = deployTask(ARGS.string('task'))
   const command = `node dist/bench/containerd-start.js ${process.argv.slice(2).join(' ')}`.trim()
   log(`${containers} containers, ${images} images, concurrency ${concurrency}, link ${describeLink(link)}, task ${task.kind}; load ${loadAverage()}`)
   const corpus = await ensureDeployCorpus(images, log)
@@ -141,7 +153,8 @@ async function main (): Promise<void> {
     const p = (r: SideRun, q: number): number => quantile(r.readyMs, q) / 1000
     const rows = [o, l].map(r => [
       r.side === 'layerd' ? 'containerd + layerd snapshotter (lazy)' : 'containerd + overlayfs (full pull)',
-      fmt(p(r, 0.5)), fmt(p(r, 0.99)), fmt(r.seconds, 1), fmt(r.bytesFetched / 1e6, 1), fmt(r.bytesWritten / 1e6, 1)
+      fmt(p(r, 0.5)), fmt(p(r, 0.99)), fmt(r.seconds, 1), fmt(quantile(r.pullMs, 0.5) / 1000), fmt(quantile(r.runMs, 0.5) / 1000),
+      fmt(r.bytesFetched / 1e6, 1), fmt(r.bytesWritten / 1e6, 1)
     ])
     const speedP50 = p(o, 0.5) / p(l, 0.5)
     const speedP99 = p(o, 0.99) / p(l, 0.99)
@@ -150,7 +163,7 @@ async function main (): Promise<void> {
     const markdown = [
       `${containers} containers of ${images} per-task images on one cold node, concurrency ${concurrency}, link ${describeLink(link)}, task \`${task.kind}\` (${task.summary}).`,
       '',
-      markdownTable(['side', 'p50 s to task finished', 'p99 s', 'node wall s', 'MB fetched', 'MB written'], rows),
+      markdownTable(['side', 'p50 s to task finished', 'p99 s', 'node wall s', 'median pull s (per image)', 'median `ctr run` s', 'MB fetched', 'MB written'], rows),
       '',
       `- layerd vs overlayfs: **${fmt(speedP50)}x** faster at p50, ${fmt(speedP99)}x at p99 (target ≥ 3x: ${speedP50 >= 3 ? '✓' : '✗'}); ` +
         `**${fmt(writes, 1)}x** fewer bytes written (target ≥ 5x: ${writes >= 5 ? '✓' : '✗'}); ${fmt(fetched, 1)}x fewer bytes fetched.`,
@@ -163,7 +176,7 @@ async function main (): Promise<void> {
       load: load.stop(),
       markdown,
       data: { containers, images, concurrency, link, task: task.kind, runs: Object.fromEntries(runs), speedP50, speedP99, writesRatio: writes, fetchedRatio: fetched }
-    })
+    }, ARGS.string('out'))
   } finally {
     await sources?.stop().catch(err => log(`cleanup: ${(err as Error).message}`))
     await unmountAllUnder(work).catch(() => {})
@@ -171,5 +184,5 @@ async function main (): Promise<void> {
   }
 }
 
-await mkdir(resolve(arg('out', RESULTS_DIR)), { recursive: true })
+await mkdir(resolve(ARGS.string('out')), { recursive: true })
 await main()

@@ -27,7 +27,8 @@ import { cpus } from 'node:os'
 import { join, resolve } from 'node:path'
 import { unmountAllUnder } from '../src/host/mount-table.js'
 import { parseSize } from '../src/cli/human-units.js'
-import { arg, flag, fmt, loadAverage, RESULTS_DIR, startLoadSampler, writeReport } from './bench-report.js'
+import { fmt, loadAverage, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
+import { benchArgs, type BenchArgs, type BenchOptions } from './bench-args.js'
 import { ensureDeployCorpus } from './deploy/corpus.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import type { Launcher } from './deploy/layerd-node.js'
@@ -55,32 +56,42 @@ interface Options {
   diskBytes: number
 }
 
-function positiveInt (name: string, fallback: number): number {
-  const v = Number(arg(name, String(fallback)))
-  if (!Number.isSafeInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer, got ${JSON.stringify(arg(name, ''))}`)
-  return v
-}
+const SPEC = {
+  containers: { type: 'string', default: '96', value: 'N' },
+  images: { type: 'string', default: '24', value: 'N' },
+  nodes: { type: 'string', default: '2', value: 'N' },
+  concurrency: { type: 'string', default: '4', value: 'N' },
+  sides: { type: 'string', default: ALL_SIDES.join(','), value: 'SIDE,…' },
+  launcher: { type: 'string', default: 'library', value: 'library|cli' },
+  'rtt-ms': { type: 'string', default: '1', value: 'MS' },
+  bandwidth: { type: 'string', default: '1g', value: 'BITS/S' },
+  'node-disk-size': { type: 'string', default: '32G', value: 'SIZE' },
+  task: { type: 'string', default: 'read-all', value: 'TASK' },
+  'parallel-nodes': { type: 'boolean' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
 
-function parseOptions (): Options {
-  const sides = arg('sides', ALL_SIDES.join(',')).split(',') as SideName[]
+function parseOptions (args: BenchArgs): Options {
+  const arg = (name: string): string => args.string(name)
+  const positiveInt = (name: string): number => args.number(name, { min: 1 })
+  const sides = arg('sides').split(',') as SideName[]
   for (const s of sides) if (!ALL_SIDES.includes(s)) throw new Error(`--sides: unknown side ${JSON.stringify(s)}; use ${ALL_SIDES.join(',')}`)
-  const launcher = arg('launcher', 'library')
+  const launcher = arg('launcher')
   if (launcher !== 'library' && launcher !== 'cli') throw new Error(`--launcher must be library or cli, got ${JSON.stringify(launcher)}`)
-  const rttMs = Number(arg('rtt-ms', '1'))
-  if (!(rttMs >= 0)) throw new Error(`--rtt-ms must be >= 0, got ${arg('rtt-ms', '')}`)
-  const diskBytes = parseSize(arg('node-disk-size', '32G'))
+  const rttMs = args.number('rtt-ms', { min: 0, integer: false })
+  const diskBytes = parseSize(arg('node-disk-size'))
   if (diskBytes === undefined) throw new Error(`--node-disk-size: use a size such as 32G`)
   return {
-    containers: positiveInt('containers', 96),
-    images: positiveInt('images', 24),
-    nodes: positiveInt('nodes', 2),
-    concurrency: positiveInt('concurrency', 4),
-    out: resolve(arg('out', RESULTS_DIR)),
-    link: { bitsPerSecond: parseBandwidth(arg('bandwidth', '1g')), rttMs },
+    containers: positiveInt('containers'),
+    images: positiveInt('images'),
+    nodes: positiveInt('nodes'),
+    concurrency: positiveInt('concurrency'),
+    out: resolve(arg('out')),
+    link: { bitsPerSecond: parseBandwidth(arg('bandwidth')), rttMs },
     launcher,
-    task: deployTask(arg('task', 'read-all')),
+    task: deployTask(arg('task')),
     sides,
-    parallelNodes: flag('parallel-nodes'),
+    parallelNodes: args.flag('parallel-nodes'),
     diskBytes
   }
 }
@@ -89,7 +100,7 @@ const log = (line: string): void => { process.stderr.write(`deploy: ${line}\n`) 
 const mb = (b: number): string => `${fmt(b / 1e6, 1)} MB`
 
 async function main (): Promise<void> {
-  const opt = parseOptions()
+  const opt = parseOptions(benchArgs('deploy', SPEC))
   const command = `npm run bench:deploy -- ${process.argv.slice(2).join(' ')}`.trim()
   log(`${opt.containers} containers, ${opt.images} images, ${opt.nodes} nodes, concurrency ${opt.concurrency}, link ${describeLink(opt.link)}, launcher ${opt.launcher}, task ${opt.task.kind}; load ${loadAverage()}`)
   const corpus = await ensureDeployCorpus(opt.images, log)
@@ -203,7 +214,7 @@ async function main (): Promise<void> {
       load: loadFigures,
       markdown,
       data: { ...sides, params, dedup: d, pushes: sources.pushes, labels: SIDE_LABELS }
-    })
+    }, opt.out)
   } finally {
     process.off('SIGINT', onSignal).off('SIGTERM', onSignal)
     await teardown()

@@ -33,27 +33,31 @@ import { promisify } from 'node:util'
 import { fileURLToPath } from 'node:url'
 import { ChunkFetcher } from '../src/cache/chunk-fetcher.js'
 import { LmdbChunkCache } from '../src/cache/lmdb-chunk-cache.js'
-import { fetcherChunkReader } from '../src/fs/fetcher-chunk-reader.js'
+import { MountChunkReader } from '../src/daemon/mount-chunk-reader.js'
+import { BlobNeighbours } from '../src/daemon/blob-neighbours.js'
 import type { ChunkReader } from '../src/fs/file-reader.js'
 import { mountFuse, type FuseOperations, type FuseStat } from '../src/fs/fuse-binding.js'
 import { DEFAULT_FUSE_OPTIONS, mountImage } from '../src/fs/image-mount.js'
 import { MemoryChunkReader } from '../src/fs/memory-chunk-reader.js'
 import { MemoryImage, patternBytes, type MemoryEntry } from '../src/fs/memory-image.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
 const sh = promisify(execFile)
 const MIB = 1024 * 1024
 const CHUNK_64KIB = 64 * 1024
 
-function arg (name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 && process.argv[i + 1] !== undefined ? process.argv[i + 1]! : fallback
-}
-
-const FILES = Number(arg('files', '10000'))
-const BIG_MIB = Number(arg('big-mib', '200'))
-const REPS = Number(arg('reps', '5'))
 const here = dirname(fileURLToPath(import.meta.url))
-const JSON_OUT = resolve(arg('json', join(here, '../../bench/results/fs-micro.json')))
+const SPEC = {
+  files: { type: 'string', default: '10000', value: 'N' },
+  'big-mib': { type: 'string', default: '200', value: 'N' },
+  reps: { type: 'string', default: '5', value: 'N' },
+  json: { type: 'string', default: join(here, '../../bench/results/fs-micro.json'), value: 'FILE' }
+} satisfies BenchOptions
+const ARGS = benchArgs('fs-micro', SPEC)
+const FILES = ARGS.number('files', { min: 1 })
+const BIG_MIB = ARGS.number('big-mib', { min: 1 })
+const REPS = ARGS.number('reps', { min: 1 })
+const JSON_OUT = resolve(ARGS.string('json'))
 
 interface Row { workload: string, layerd: string, trivial: string, note: string }
 
@@ -209,7 +213,11 @@ async function main (): Promise<void> {
   const fetcher = new ChunkFetcher({ url: 'memory://none', getRange: async () => { throw new Error('a warm benchmark must not fetch') } }, cache)
   const subjects = {
     memory: await mountLayerd(fresh(), fx.image, warm(fx.image)),
-    lmdb: await mountLayerd(fresh(), fx.image, fetcherChunkReader(fetcher, 'memory://none')),
+    lmdb: await mountLayerd(fresh(), fx.image, new MountChunkReader(fetcher, 'memory://none', {
+      onPrefetchError: () => {},
+      neighbours: () => new BlobNeighbours(fx.image.tocs),
+      isCached: digest => cache.has(digest)
+    })),
     trivial: await mountTrivial(fresh(), fx)
   }
   const through = { memory: [] as number[], lmdb: [] as number[], trivial: [] as number[] }

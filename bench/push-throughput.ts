@@ -29,10 +29,18 @@
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
-import { arg, flag, fmt, LAYERCTL_JS, markdownTable, MB, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport, type Timed } from './bench-report.js'
+import { fmt, LAYERCTL_JS, REPORT_OPTIONS, markdownTable, MB, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport, type Timed } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
-const REPS = Number(arg('reps', '5')) // = the number of contenders: with the rotation, each runs once in each position
-const PROFILE = !flag('no-profile')
+const SPEC = {
+  reps: { type: 'string', default: '5', value: 'N' },
+  work: { type: 'string', default: '/var/tmp', value: 'DIR' },
+  'no-profile': { type: 'boolean' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('push-throughput', SPEC)
+const REPS = ARGS.number('reps', { min: 1 }) // = the number of contenders: with the rotation, each runs once in each position
+const PROFILE = !ARGS.flag('no-profile')
 const TOP_FUNCTIONS = 10
 
 interface Sample extends Timed { outputBytes: number }
@@ -55,7 +63,7 @@ async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
   const rootfs = py.rootfs
-  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-push-'))
+  const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-push-'))
   const command = `node dist/bench/push-throughput.js --reps ${REPS}${PROFILE ? '' : ' --no-profile'}`
   console.error(`${command}\n  work dir ${work}`)
   const load = startLoadSampler()
@@ -140,7 +148,7 @@ async function main (): Promise<void> {
       profile = await profilePush(work, rootfs)
       markdown += '\n\n' + profileMarkdown(profile)
     }
-    await writeReport({ name: 'push-throughput', title: 'Push throughput: layerctl push vs tar | zstd -3 and tar | gzip -6', command, load: load.stop(), markdown, data: { imageBytes, reps: REPS, figures, ratios, profile } })
+    await writeReport({ name: 'push-throughput', title: 'Push throughput: layerctl push vs tar | zstd -3 and tar | gzip -6', command, load: load.stop(), markdown, data: { imageBytes, reps: REPS, figures, ratios, profile } }, ARGS.string('out'))
   } finally {
     await rm(work, { recursive: true, force: true })
   }

@@ -34,6 +34,7 @@ import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind } from '../sr
 import { ProcessTierDriver } from '../src/runtime/process/process-driver.js'
 import { DEFAULT_LIMITS, type SandboxSpec, type TierDriver } from '../src/runtime/sandbox.js'
 import { MicrovmTierDriver, VmTierDriver } from '../src/runtime/vm/vm-drivers.js'
+import { benchArgs, benchUsage, type BenchOptions } from './bench-args.js'
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
 const WARMUP_RUNS = 3
@@ -69,17 +70,35 @@ function stats (xs: number[]): Stats {
 }
 const ms = (x: number): string => x.toFixed(1)
 
+const SPEC = {
+  runs: { type: 'string', value: 'N' },
+  cases: { type: 'string', default: 'process,container,microvm,vm', value: 'TIER,…' },
+  quota: { type: 'string', default: 'loop-ext4', value: 'loop-ext4|tmpfs' },
+  lower: { type: 'string', default: 'layerd', value: 'layerd|dir' },
+  'overlay-runs': { type: 'string', default: '30', value: 'N' },
+  json: { type: 'string', default: join(REPO_ROOT, 'bench/results/tier-start.json'), value: 'FILE' }
+} satisfies BenchOptions
+
 function parseArgs (): { runs?: number, cases: string[], lower: 'layerd' | 'dir', quota: QuotaKind, overlayRuns: number, json: string } {
-  const a = process.argv.slice(2)
-  const get = (k: string): string | undefined => { const i = a.indexOf(k); return i >= 0 ? a[i + 1] : undefined }
-  const runs = get('--runs')
+  const a = benchArgs('tier-start', SPEC)
+  const oneOf = <T extends string>(name: string, allowed: readonly T[]): T => {
+    const v = a.string(name)
+    if (!(allowed as readonly string[]).includes(v)) {
+      process.stderr.write(`tier-start: --${name} must be ${allowed.join(' or ')}, got ${JSON.stringify(v)}\n${benchUsage('tier-start', SPEC)}\n`)
+      process.exit(2)
+    }
+    return v as T
+  }
+  const cases = a.string('cases').split(',')
+  const known = TIER_CASES.map(c => c.name)
+  for (const c of cases) if (!known.includes(c)) { process.stderr.write(`tier-start: --cases: unknown tier ${JSON.stringify(c)}; use ${known.join(',')}\n`); process.exit(2) }
   return {
-    ...(runs !== undefined ? { runs: Number(runs) } : {}),
-    cases: (get('--cases') ?? 'process,container,microvm,vm').split(','),
-    quota: (get('--quota') ?? 'loop-ext4') as QuotaKind,
-    lower: get('--lower') === 'dir' ? 'dir' : 'layerd',
-    overlayRuns: Number(get('--overlay-runs') ?? 30),
-    json: get('--json') ?? join(REPO_ROOT, 'bench/results/tier-start.json')
+    ...(a.optString('runs') !== undefined ? { runs: a.number('runs', { min: 1 }) } : {}),
+    cases,
+    quota: oneOf<QuotaKind>('quota', ['loop-ext4', 'tmpfs']),
+    lower: oneOf('lower', ['layerd', 'dir'] as const),
+    overlayRuns: a.number('overlay-runs', { min: 1 }),
+    json: a.string('json')
   }
 }
 

@@ -27,10 +27,18 @@ import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode, type LayerdNode } from '../fixtures/layerd-harness.js'
-import { arg, dropPageCaches, fmt, markdownTable, MB, median, residentBytes, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { dropPageCaches, REPORT_OPTIONS, fmt, markdownTable, MB, median, residentBytes, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 
-const REPS = Number(arg('reps', '5'))
-const COMP = arg('comp', 'zstd')
+const SPEC = {
+  reps: { type: 'string', default: '5', value: 'N' },
+  comp: { type: 'string', default: 'zstd', value: 'ALGO' },
+  work: { type: 'string', default: '/var/tmp', value: 'DIR' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+const ARGS = benchArgs('warm-read', SPEC)
+const REPS = ARGS.number('reps', { min: 1 })
+const COMP = ARGS.string('comp')
 const IMAGE = 'bench/python:v1'
 
 /** A mounted system under test that can be reopened cold. */
@@ -130,7 +138,7 @@ function squashSystem (name: string, mnt: string, mountCmd: string, fuse: boolea
 async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
-  const work = await mkdtemp(join(arg('work', '/var/tmp'), 'layerd-bench-warm-'))
+  const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-warm-'))
   const command = `node dist/bench/warm-read.js --reps ${REPS} --comp ${COMP}`
   console.error(`${command}\n  work dir ${work}`)
   const load = startLoadSampler()
@@ -236,7 +244,7 @@ async function main (): Promise<void> {
       load: load.stop(),
       markdown,
       data: { reps: REPS, comp: COMP, mksquashfs, sqfsBytes, tarBytes: [...tarBytes], figures, ratios, layerdFetchedBytes: layerd.fetchedBytes, lmdbResidentAfterDrop: layerd.lmdbResidentAfterDrop, samples: Object.fromEntries(samples) }
-    })
+    }, ARGS.string('out'))
   } finally {
     for (const sys of systems) await sys.close().catch(err => console.error(`close ${sys.name}: ${(err as Error).message}`))
     await rm(work, { recursive: true, force: true })

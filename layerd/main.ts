@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=1
 /**
  * layerd: the node daemon. A thin composition root: flags, then the daemon
  * object graph (src/daemon/layerd-daemon.ts, with the sandbox sweep of
@@ -19,6 +19,10 @@ import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/la
 import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
+import { nativeMemory } from '../src/native.js'
+
+/** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
+const MALLOC_ARENAS = 2
 
 const DEFAULT_CACHE_SIZE = '10G'
 
@@ -60,6 +64,7 @@ async function main (): Promise<number> {
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
   const settings = resolveSettings({ home })
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
+  try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
   const daemon = new LayerdDaemon({
     home,

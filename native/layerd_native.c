@@ -1,8 +1,9 @@
 // layerd's native addon: the few system calls Node does not expose
 // (extended attributes without following symlinks, mknod, mount, umount2,
 // loop devices, flock), FastCDC's cut search for push (fastcdc.c), a FUSE
-// server that speaks the kernel protocol itself (fuse_server.c), and fd
-// passing over Unix sockets for FUSE takeover (fd_passing.c).
+// server that speaks the kernel protocol itself (fuse_server.c), fd passing
+// over Unix sockets for FUSE takeover (fd_passing.c), and malloc and
+// page-cache calls for the daemon's memory (memory.c).
 // Loaded only through src/native.ts, which gives it a typed interface.
 // Every function is synchronous; failures throw an Error carrying Node-style
 // `code` ('ENOENT', ...), `errno`, `syscall` and `path` properties.
@@ -75,7 +76,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 5, &v);
+  napi_create_uint32(env, 7, &v);
   return v;
 }
 
@@ -296,6 +297,7 @@ static napi_value js_flock(napi_env env, napi_callback_info info) {
 void fuse_server_register(napi_env env, napi_value exports);  // fuse_server.c
 void fastcdc_register(napi_env env, napi_value exports);  // fastcdc.c
 void fd_passing_register(napi_env env, napi_value exports);  // fd_passing.c
+void memory_register(napi_env env, napi_value exports);  // memory.c
 
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
@@ -314,6 +316,7 @@ static napi_value init(napi_env env, napi_value exports) {
   fuse_server_register(env, exports);
   fastcdc_register(env, exports);
   fd_passing_register(env, exports);
+  memory_register(env, exports);
   return exports;
 }
 

@@ -3,9 +3,10 @@
  * system calls Node lacks — extended attributes that do not follow symlinks,
  * and mknod for device nodes and fifos — FastCDC's cut search for push
  * (native/fastcdc.c), and a FUSE server that speaks the kernel protocol
- * (native/fuse_server.c, used by src/fs/kernel-fuse.ts), and file
- * descriptors passed over Unix sockets (native/fd_passing.c), which keep
- * FUSE connections alive across a daemon restart (src/holder/).
+ * (native/fuse_server.c, used by src/fs/kernel-fuse.ts), file descriptors
+ * passed over Unix sockets (native/fd_passing.c), which keep FUSE
+ * connections alive across a daemon restart (src/holder/), and malloc and
+ * page-cache calls for the daemon's memory (native/memory.c).
  *
  * The addon is built by `npm run build` (node-gyp) into
  * native/build/Release/layerd_native.node and loaded lazily, on the first
@@ -38,6 +39,43 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
   fastcdcNext? (data: Uint8Array, from: number, state: Int32Array, params: Int32Array, gear: Int32Array): number
   flock? (fd: number, operation: number): boolean
+  mallocStats? (): MallocStats
+  mallocTrim? (): boolean
+  mallocArenaMax? (n: number): boolean
+  adviseMappedFile? (path: string, advice: number): number
+  fadviseDontNeed? (fd: number, offset: number, length: number): void
+}
+
+/** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
+export interface MallocStats {
+  /** Bytes obtained with sbrk/mmap for arenas (the main heap and thread arenas). */
+  arenaBytes: number
+  /** Bytes in chunks mmap()ed on their own (allocations ≥ the mmap threshold). */
+  mmapBytes: number
+  inUseBytes: number
+  /** Free bytes inside arenas: what malloc_trim may give back. */
+  freeBytes: number
+  topReleasableBytes: number
+}
+
+export type MappedFileAdvice = 'unmap' | 'cold' | 'pageout'
+const MAPPED_FILE_ADVICE: Record<MappedFileAdvice, number> = { unmap: 0, cold: 1, pageout: 2 }
+
+/** The addon's malloc and page-cache calls (native/memory.c). */
+export interface NativeMemory {
+  mallocStats: () => MallocStats
+  /** malloc_trim(0): the free pages of every arena go back to the system. True when some were released. */
+  mallocTrim: () => boolean
+  /** mallopt(M_ARENA_MAX, n): cap the arenas threads create (glibc makes up to 8 per core). */
+  mallocArenaMax: (n: number) => boolean
+  /**
+   * madvise on every read-only shared mapping of `path` in this process (writable or private ones are left alone):
+   * 'unmap' (MADV_DONTNEED: our page-table entries go, the pages stay in the page cache and fault back in),
+   * 'cold' (MADV_COLD), 'pageout' (MADV_PAGEOUT: reclaim them now). Returns the bytes advised (0: no such mapping).
+   */
+  adviseMappedFile: (path: string, advice: MappedFileAdvice) => number
+  /** posix_fadvise(POSIX_FADV_DONTNEED): drop the clean page cache of a range of an open file (length 0: to its end). */
+  fadviseDontNeed: (fd: number, offset: number, length: number) => void
 }
 
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
@@ -208,7 +246,22 @@ export function flock (fd: number, operation: number): boolean {
   return b.flock(fd, operation)
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing). Sync. */
+/** The addon's malloc and page-cache calls. Sync; throws UnsupportedError when the addon is missing or older than version 7. */
+export function nativeMemory (): NativeMemory {
+  const b = load()
+  if (b.mallocStats === undefined || b.mallocTrim === undefined || b.mallocArenaMax === undefined || b.adviseMappedFile === undefined || b.fadviseDontNeed === undefined) {
+    throw new UnsupportedError('layerd native addon has no memory calls (built before version 7): run `npm run build`')
+  }
+  return {
+    mallocStats: b.mallocStats.bind(b),
+    mallocTrim: b.mallocTrim.bind(b),
+    mallocArenaMax: b.mallocArenaMax.bind(b),
+    adviseMappedFile: (path, advice) => b.adviseMappedFile!(path, MAPPED_FILE_ADVICE[advice]),
+    fadviseDontNeed: b.fadviseDontNeed.bind(b)
+  }
+}
+
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

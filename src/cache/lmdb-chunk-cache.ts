@@ -84,7 +84,7 @@ export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   writeDelayMs?: number
   /** Buffered bytes that start a batch at once. Default 16 MiB. */
   writeBatchBytes?: number
-  /** Plain bytes of decoded frames kept in memory, so hot chunks decompress once (stored-chunk.ts). Default 64 MiB; 0 keeps none. */
+  /** Plain bytes of decoded frames kept in memory, so hot chunks decompress once (stored-chunk.ts). Default 16 MiB; 0 keeps none. */
   decodedCacheBytes?: number
   /** While commits fail, the first wait before a probe write (write-health.ts). Default 1,000 ms. */
   writeProbeIntervalMs?: number
@@ -241,6 +241,18 @@ export class LmdbChunkCache extends BaseChunkCache {
   protected override encodeChunk (plain: Uint8Array, frame: Uint8Array | undefined): { bytes: Uint8Array, isFrame: boolean } {
     const stored = encodeStoredFrame(plain, frame)
     return stored === undefined ? { bytes: plain, isFrame: false } : { bytes: stored, isFrame: true }
+  }
+
+  /** The memory-mapped lmdb file (the daemon advises its pages: src/daemon/memory-settler.ts). */
+  get mapFile (): string { return join(this.location, 'data.mdb') }
+
+  /**
+   * Drop the decoded chunks kept in memory (a burst of hits gives its memory
+   * back once garbage-collected; the next hit on each decodes again). Sync.
+   * Returns the plain bytes dropped.
+   */
+  releaseMemory (): number {
+    return this.#decoder.release()
   }
 
   /** Frames decompressed by hits so far, hits served from decoded chunks kept in memory, their plain bytes, and stored values that did not decode (read as misses). Sync. */

@@ -57,3 +57,17 @@ t.test('StoredChunkDecoder.decode() reads a damaged value as undefined', async t
   t.equal(d.decode('c', huge), undefined, 'a damaged length over the chunk limit: nothing allocated')
   t.equal(d.failed, 3)
 })
+
+t.test('StoredChunkDecoder.release() drops every kept chunk; a later decode still returns the right bytes', async t => {
+  const a = text('release ')
+  const sa = encodeStoredFrame(a, compressor.compress(a))!
+  const d = new StoredChunkDecoder()
+  d.decode('a', sa); d.decode('a', sa)
+  t.equal(d.decodedBytes, a.length, 'kept before release')
+  t.equal(d.release(), a.length, 'reports the bytes it dropped')
+  t.equal(d.decodedBytes, 0)
+  const before = d.decompressed
+  t.ok(d.decode('a', sa)?.equals(a), 'decodes again after release')
+  t.equal(d.decompressed, before + 1, 'by decompressing: nothing was kept')
+  t.equal(d.decodedBytes, 0, 'and the once-decoded digests were forgotten too: not kept on the first decode after release')
+})

@@ -31,8 +31,14 @@ export function encodeStoredFrame (plain: Uint8Array, frame: Uint8Array | undefi
   return out
 }
 
-/** Default memory for decoded chunks kept by StoredChunkDecoder. */
-export const DEFAULT_DECODED_CACHE_BYTES = 64 * 1024 * 1024
+/**
+ * Default memory for decoded chunks kept by StoredChunkDecoder. 16 MiB: the
+ * base of stacked images is read through one mount per node, so the copies
+ * this saved decoding (64 MiB before stacks) are fewer; the daemon also
+ * drops it all when reads stop (release()).
+ */
+export const DEFAULT_DECODED_CACHE_BYTES = 16 * 1024 * 1024
+const SCRATCH_BYTES = 256 * 1024
 /** Digests remembered as decoded once (about 100 bytes each). */
 const SEEN_MAX = 65_536
 
@@ -61,7 +67,7 @@ export class StoredChunkDecoder {
   readonly #decoded = new Map<string, Buffer>()
   #decodedBytes = 0
   readonly #seen = new Set<string>()
-  #scratch = Buffer.allocUnsafe(256 * 1024)
+  #scratch = Buffer.allocUnsafe(SCRATCH_BYTES)
   /** Frames decompressed, hits on decoded chunks, and values that did not decode. */
   decompressed = 0
   reused = 0
@@ -73,6 +79,21 @@ export class StoredChunkDecoder {
 
   /** Plain bytes kept for decoded chunks. */
   get decodedBytes (): number { return this.#decodedBytes }
+
+  /**
+   * Forget every decoded chunk and the once-decoded digests, and shrink the
+   * scratch buffer back to its first size: the memory of a burst of hits
+   * goes back (once garbage-collected). Sync. Results handed out before stay
+   * valid for their holders; only the next decode() costs a decompression.
+   */
+  release (): number {
+    const freed = this.#decodedBytes + Math.max(0, this.#scratch.length - SCRATCH_BYTES)
+    this.#decoded.clear()
+    this.#decodedBytes = 0
+    this.#seen.clear()
+    if (this.#scratch.length > SCRATCH_BYTES) this.#scratch = Buffer.allocUnsafe(SCRATCH_BYTES)
+    return freed
+  }
 
   /** Plain bytes of chunk `key` from its stored frame value (read-only), or undefined if it does not decode. Sync. */
   decode (key: string, stored: Uint8Array): Buffer | undefined {

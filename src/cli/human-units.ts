@@ -19,7 +19,3 @@ export function parseSize (s: string): number | undefined {
   const power = ' kmgt'.indexOf((m[2] ?? '').toLowerCase() || ' ')
   return Math.round(Number(m[1]) * 1024 ** power)
 }
-
-export function formatSeconds (ms: number): string {
-  return ms < 1000 ? `${ms.toFixed(0)} ms` : `${(ms / 1000).toFixed(2)} s`
-}

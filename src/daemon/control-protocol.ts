@@ -69,6 +69,7 @@ export const CONTROL_PARAMS = {
   prefetch: { mountpoint: 'path', wait: 'boolean?' },
   pull: { image: 'string', all: 'boolean?', ...STORE },
   export: { image: 'string', tarFile: 'path?', directory: 'path?', ...STORE },
+  memory: { settle: 'boolean?' },
   shutdown: {}
 } as const satisfies Record<string, Readonly<Record<string, FieldSpec>>>
 
@@ -132,6 +133,21 @@ export interface NodeStats {
   mounts: number
   /** This daemon: its pid, errors nobody awaited (logged with their stack), and known library leftovers (process-guards.ts). */
   daemon: { pid: number, unhandledRejections: number, expectedRejections: number }
+  memory: DaemonMemoryResult
+}
+
+/** Where the daemon's memory is (src/daemon/memory-report.ts), and what its settler gave back (memory-settler.ts). Bytes. */
+export interface DaemonMemoryResult {
+  /** VmRSS, RssAnon, RssFile, VmHWM of /proc/self/status; Pss of smaps_rollup. */
+  rssBytes: number
+  rssAnonBytes: number
+  rssFileBytes: number
+  peakRssBytes: number
+  pssBytes: number
+  v8: { heapTotalBytes: number, heapUsedBytes: number, externalBytes: number, arrayBufferBytes: number }
+  /** glibc's mallinfo2 (absent without the native addon). */
+  malloc?: { arenaBytes: number, mmapBytes: number, inUseBytes: number, freeBytes: number, topReleasableBytes: number }
+  settle: { settles: number, lastSettleAt?: string, lastRssBeforeBytes?: number, lastRssAfterBytes?: number, lastSettleMs?: number }
 }
 /** One mount's counters (`stats` with a mountpoint). */
 export type MountStatsResult = MountStats & { cache: CacheCounters }
@@ -152,6 +168,7 @@ export interface ControlResults {
   prefetch: PrefetchAnswer
   pull: PullResult
   export: ExportResult
+  memory: DaemonMemoryResult
   shutdown: Empty
 }
 

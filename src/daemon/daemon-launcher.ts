@@ -30,6 +30,13 @@ const POLL_MS = 50
 export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))
 /** The compiled holder entry (dist/layerd/holder.js). */
 export const HOLDER_ENTRY = fileURLToPath(new URL('../../layerd/holder.js', import.meta.url))
+/**
+ * Node flags of the daemon (also in layerd/main.ts's `#!` line). A 1 MiB
+ * semi-space caps V8's young generation at ~3 MiB instead of growing it to
+ * 48 MiB after a burst of allocation (the daemon's V8 heap: 51 → 20 MB
+ * committed with one image mounted; bench/README.md, "Daemon memory").
+ */
+export const DAEMON_NODE_FLAGS = ['--max-semi-space-size=1']
 
 export interface DaemonOptions {
   home: string
@@ -80,8 +87,8 @@ function startDaemon (opts: DaemonOptions): { exitCode: number | null | undefine
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
     const args = process.env.LAYERD_HOLDER === '0'
-      ? [DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])]
-      : [HOLDER_ENTRY, '--home', opts.home, '--entry', DAEMON_ENTRY, '--', ...(opts.args ?? [])]
+      ? [...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])]
+      : [...DAEMON_NODE_FLAGS, HOLDER_ENTRY, '--home', opts.home, '--entry', DAEMON_ENTRY, '--', ...(opts.args ?? [])]
     const child = spawn(process.execPath, args, {
       detached: true,
       stdio: ['ignore', logFd, logFd]

@@ -21,16 +21,19 @@ import { join } from 'node:path'
 import { LayerdError } from '../errors.js'
 import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
-import { exportImage, type ExportTarget } from '../materialize/export-image.js'
+import type { ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
 import { expectedRejectionCount, expectRejections, unhandledRejectionCount } from './process-guards.js'
 import {
-  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type ExportResult, type PullResult
+  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type DaemonMemoryResult, type ExportResult, type PullResult
 } from './control-protocol.js'
 import { MountManager, allChunks } from './mount-manager.js'
-import { BlockViews } from './block-views.js'
+import type { BlockViews } from './block-views.js'
+import { readDaemonMemory } from './memory-report.js'
+import { MemorySettler } from './memory-settler.js'
+import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool } from './store-pool.js'
 import { HeldConnections } from '../holder/connection-keeper.js'
 
@@ -80,7 +83,8 @@ export class LayerdDaemon {
   #cache: LmdbChunkCache | undefined
   #stores: StorePool | undefined
   #mounts: MountManager | undefined
-  #blockViews: BlockViews | undefined
+  #blockViews: Promise<BlockViews> | undefined
+  #settler: MemorySettler | undefined
   #server: ControlServer | undefined
   #keeper: HeldConnections | undefined
   readonly #services: DaemonService[] = []
@@ -109,7 +113,14 @@ export class LayerdDaemon {
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
         sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
       })
-      this.#blockViews = new BlockViews(this.#mounts, this.#stores, this.#cache, this.#db, join(home, 'tmp'), log)
+      const cache = this.#cache
+      this.#settler = new MemorySettler({
+        activity: () => { const s = cache.stats(); return s.hits + s.misses },
+        mappedFiles: () => [cache.mapFile],
+        log
+      })
+      this.#settler.onRelease(() => cache.releaseMemory())
+      this.#settler.onRelease(() => releaseReadBuffers())
       const kept = this.#keeper?.availableCount ?? 0
       const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
@@ -132,6 +143,7 @@ export class LayerdDaemon {
     this.#stopping ??= (async () => {
       await this.#server?.close()
       for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
+      this.#settler?.close()
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
@@ -170,9 +182,9 @@ export class LayerdDaemon {
       umount: async p => { await mounts.unmount(p.mountpoint); return {} },
       mounts: async () => mounts.list(),
       image: async p => await mounts.shared(p),
-      blockView: async p => await this.#blockViews!.ensure(p),
+      blockView: async p => await (await this.#loadBlockViews()).ensure(p),
       stats: async p => p.mountpoint === undefined
-        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() } }
+        ? { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory() }
         : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
       prefetch: async p => {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
@@ -180,6 +192,10 @@ export class LayerdDaemon {
       },
       pull: async p => await this.#pull(p),
       export: async p => await this.#export(p),
+      memory: async p => {
+        if (p.settle === true) await this.#settler!.settle()
+        return this.#memory()
+      },
       shutdown: async () => {
         setImmediate(() => {
           this.stop().then(() => process.exit(LAYERD_EXIT.OK), err => {
@@ -215,7 +231,22 @@ export class LayerdDaemon {
     const { store, fetcher } = this.#stores!.get(p)
     const image = await loadImage(store, p.image, { cache: this.#cache! })
     const before = fetcher.stats.fetchedBytes
-    const result = await exportImage(image, fetcher, target)
+    // Loaded on first use, like the block views: an idle daemon holds none of the export code (issue 14).
+    const { exportImage } = await import('../materialize/export-image.js')
+    let result
+    try { result = await exportImage(image, fetcher, target) } finally { this.#settler!.touch() }
     return { manifest: image.digest, ...result, fetchedBytes: fetcher.stats.fetchedBytes - before }
+  }
+
+  /** The daemon's memory and its settler's counters (`stats`, `memory`). */
+  #memory (): DaemonMemoryResult {
+    return { ...readDaemonMemory(), settle: { ...this.#settler!.stats } }
+  }
+
+  /** The block views, their module (ext4 builder, push) loaded on first use. */
+  async #loadBlockViews (): Promise<BlockViews> {
+    this.#blockViews ??= import('./block-views.js').then(({ BlockViews }) =>
+      new BlockViews(this.#mounts!, this.#stores!, this.#cache!, this.#db!, join(this.config.home, 'tmp'), this.config.log))
+    return await this.#blockViews
   }
 }

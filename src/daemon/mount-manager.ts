@@ -149,6 +149,15 @@ export class MountManager {
   }
 
   /**
+   * The TOC of `layer`, through the node's metadata cache (so a mount of it
+   * soon after reads nothing again). Async; errors as loadImage().
+   */
+  async layerToc (loc: StoreLocation, layer: Digest): Promise<LayerToc> {
+    const { store } = this.#stores.get(loc)
+    return (await loadLayerTocs(store, [layer], { cache: this.#cache, pin: false, decodedToc: l => this.#tocs.peek(l) }))[0]!
+  }
+
+  /**
    * A read-only FUSE mount of the layer chain `layers` (bottom first,
    * merged) at `req.mountpoint`, with no image manifest: what the containerd
    * snapshotter serves a remote snapshot from. Not recorded for restore

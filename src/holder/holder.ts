@@ -164,7 +164,8 @@ export class Holder {
     const [mine, theirs] = this.#native.fdSocketPair()
     let child: ChildProcess
     try {
-      child = spawn(process.execPath, [this.#entry, '--foreground', '--home', this.#opts.home, ...this.#opts.daemonArgs], {
+      // The holder's own node flags (the daemon's: DAEMON_NODE_FLAGS, passed by the launcher) go on to layerd.
+      child = spawn(process.execPath, [...process.execArgv, this.#entry, '--foreground', '--home', this.#opts.home, ...this.#opts.daemonArgs], {
         stdio: ['ignore', 'inherit', 'inherit', theirs],
         env: { ...process.env, [HOLDER_FD_ENV]: '3' }
       })

@@ -14,7 +14,7 @@ import { digestHex, type Digest } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
 import { MANIFEST_MEDIA_TYPE, type ImageManifest, type LayerDescriptor, type OciImageConfig } from '../format/manifest.js'
 import { mergeLayers } from '../format/merge.js'
-import { formatRef, type ImageRef } from '../format/ref.js'
+import type { ImageRef } from '../format/ref.js'
 import type { LayerToc } from '../format/toc.js'
 import type { ObjectStore } from '../store/object-store.js'
 import type { NodeDb } from '../state/node-db.js'
@@ -172,8 +172,4 @@ export async function pushSource (source: ImageSource, ref: ImageRef, opts: Push
 /** The config with rootfs.diff_ids set to what was actually pushed. */
 export function withDiffIds (config: OciImageConfig, diffIds: string[]): OciImageConfig {
   return { ...config, rootfs: { type: 'layers', diff_ids: diffIds } }
-}
-
-export function describePush (r: PushResult): string {
-  return `pushed ${formatRef(r.ref)} as ${r.manifest}`
 }

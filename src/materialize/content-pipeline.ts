@@ -1,7 +1,7 @@
 /**
  * Reads the content of many files in order, with the reads for the files
  * ahead already in flight: files are grouped into batches of about
- * BATCH_PLAIN_BYTES (one `ChunkReader.read` call each, so the fetcher can
+ * BATCH_PLAIN_BYTES (one `ChunkBatchReader.read` call each, so the fetcher can
  * merge adjacent chunks into one range GET), and up to WINDOW_BATCHES
  * batches are fetched ahead of the consumer. Memory stays bounded by the
  * window, whatever the image size.
@@ -9,7 +9,7 @@
  * May import: src/format/, this folder.
  */
 import { resolveChunk, type ChunkRef, type ChunkSpan, type LayerToc } from '../format/toc.js'
-import type { ChunkReader } from './chunk-reader.js'
+import type { ChunkBatchReader } from './chunk-batch-reader.js'
 
 export const BATCH_PLAIN_BYTES = 8 * 1024 * 1024
 export const WINDOW_BATCHES = 8
@@ -21,14 +21,14 @@ interface Batch { pieces: Piece[], bytes: number }
 export interface FileContent { toc: LayerToc, spans: readonly ChunkSpan[] }
 
 export class ContentPipeline {
-  readonly #reader: ChunkReader
+  readonly #reader: ChunkBatchReader
   readonly #batches: Batch[] = []
   readonly #inFlight: Array<Promise<Buffer[]>> = []
   #nextToStart = 0
   #current: Buffer[] = []
 
   /** `files` in the order they will be consumed. Sync; nothing is read until `next()`. */
-  constructor (reader: ChunkReader, files: Iterable<FileContent>) {
+  constructor (reader: ChunkBatchReader, files: Iterable<FileContent>) {
     this.#reader = reader
     let batch: Batch = { pieces: [], bytes: 0 }
     const push = (p: Piece, bytes: number): void => {

@@ -7,7 +7,7 @@
  */
 import { mergeLayers } from '../format/merge.js'
 import type { LoadedImage } from '../image/load-image.js'
-import type { ChunkReader } from './chunk-reader.js'
+import type { ChunkBatchReader } from './chunk-batch-reader.js'
 import { ContentPipeline } from './content-pipeline.js'
 import { writeDirectory } from './export-dir.js'
 import { writeTarFile } from './export-tar.js'
@@ -18,7 +18,7 @@ export type ExportTarget = { tarFile: string } | { directory: string }
 export interface ExportResult { entries: number, contentBytes: number, skippedConflicts: number }
 
 /** Export `image` to `target`. Async; the target appears complete or not at all. */
-export async function exportImage (image: LoadedImage, reader: ChunkReader, target: ExportTarget): Promise<ExportResult> {
+export async function exportImage (image: LoadedImage, reader: ChunkBatchReader, target: ExportTarget): Promise<ExportResult> {
   const tree = mergeLayers(image.tocs)
   const items = planExport(tree, image.tocs)
   const pipeline = new ContentPipeline(reader, contentsOf(items))

@@ -21,7 +21,11 @@
 import { randomBytes } from 'node:crypto'
 import { LayerdError, NotFoundError } from '../errors.js'
 import type { Digest } from '../format/digest.js'
-import { loadImage } from '../image/load-image.js'
+import { getManifest } from '../image/metadata-objects.js'
+import { resolveRef } from '../image/refs.js'
+import { isDigest } from '../format/digest.js'
+import { parseRef } from '../format/ref.js'
+import type { ImageManifest } from '../format/manifest.js'
 import type { ObjectStore } from '../store/object-store.js'
 import { ContainerdClient } from './containerd-client.js'
 import { SNAPSHOTTER_NAME } from './containerd-snapshotter.js'
@@ -56,7 +60,7 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
   const fromRegistry = opts.image.startsWith('docker://')
   const oci = fromRegistry
     ? await registryOciImage(opts.image, opts.registry ?? { env: process.env })
-    : ociImageOf(opts.image, (await loadImage(opts.store, opts.image)).manifest)
+    : ociImageOf(opts.image, await layerdManifest(opts.store, opts.image))
   const name = opts.name ?? ('ref' in oci ? oci.ref as string : opts.image)
   const client = new ContainerdClient(opts.address, opts.namespace)
   try {
@@ -95,6 +99,12 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
     await client.releaseLease().catch(() => {})
     client.close()
   }
+}
+
+/** The manifest of a layerd image (no TOC is read: containerd's side needs only the layers' digests). Async. */
+async function layerdManifest (store: Pick<ObjectStore, 'get' | 'url'>, image: string): Promise<ImageManifest> {
+  const digest = isDigest(image) ? image : await resolveRef(store, parseRef(image))
+  return await getManifest(store, digest)
 }
 
 async function snapshotExists (client: ContainerdClient, snapshotter: string, key: string): Promise<boolean> {

@@ -59,7 +59,7 @@ t.test('ctr snapshots prepare, mounts and rm leave nothing behind', async t => {
   const rm = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'rm', 'scratch-1')
   t.equal(rm.code, 0, rm.stderr)
   // containerd's metadata store forgets the key at once; its GC then calls our Remove (scheduled, within a second or so).
-  for (let i = 0; i < 100 && existsSync(join(snapshotsDir, added[0]!)); i++) await new Promise(resolve => setTimeout(resolve, 100))
+  for (let i = 0; i < 300 && existsSync(join(snapshotsDir, added[0]!)); i++) await new Promise(resolve => setTimeout(resolve, 100))
   t.notOk(existsSync(join(snapshotsDir, added[0]!)), 'its directory is gone once containerd\'s GC has run')
   const missing = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'rm', 'scratch-1')
   t.not(missing.code, 0, 'removing it again fails')

@@ -30,7 +30,7 @@ export class DaemonRemoteLayers implements RemoteLayers {
     if (target === undefined) return undefined
     if (parent?.remote !== undefined && parent.remote.store !== this.store.store) return undefined
     const { store } = this.stores.get(this.store)
-    const found = await findLayerForLabels(store, labels)
+    const found = await findLayerForLabels(store, labels, async d => await this.mounts.layerToc(this.store, d))
     if (found === undefined) return undefined
     const parentChain = parent?.labels[TARGET_SNAPSHOT_REF_LABEL] as Digest | undefined
     const expected = chainIdOf(parentChain, found.toc.diffId as Digest)

@@ -27,18 +27,18 @@ export const LAYERD_LAYER_LABEL = 'containerd.io/snapshot/layerd.layer'
 export const CRI_LAYER_DIGEST_LABEL = 'containerd.io/snapshot/cri.layer-digest'
 export interface FoundLayer { digest: Digest, toc: LayerToc, via: 'label' | 'layer-by-blob' | 'layer-by-diff' }
 
-async function tocOrUndefined (store: Pick<ObjectStore, 'get' | 'url'>, digest: Digest): Promise<{ digest: Digest, toc: LayerToc } | undefined> {
-  try { return { digest, toc: await getToc(store, digest) } } catch (err) {
+async function tocOrUndefined (loadToc: (digest: Digest) => Promise<LayerToc>, digest: Digest): Promise<{ digest: Digest, toc: LayerToc } | undefined> {
+  try { return { digest, toc: await loadToc(digest) } } catch (err) {
     if (err instanceof NotFoundError) return undefined
     throw err
   }
 }
 
-/** The layer `labels` name, by the first rule that finds one (see above), or undefined. Async; store failures throw. */
-export async function findLayerForLabels (store: Pick<ObjectStore, 'get' | 'url'>, labels: Record<string, string>): Promise<FoundLayer | undefined> {
+/** The layer `labels` name, by the first rule that finds one (see above), or undefined; the label's TOC is read with `loadToc` (the daemon's goes through its metadata cache). Async; store failures throw. */
+export async function findLayerForLabels (store: Pick<ObjectStore, 'get' | 'url'>, labels: Record<string, string>, loadToc: (digest: Digest) => Promise<LayerToc> = async d => await getToc(store, d)): Promise<FoundLayer | undefined> {
   const explicit = labels[LAYERD_LAYER_LABEL]
   if (explicit !== undefined && isDigest(explicit)) {
-    const found = await tocOrUndefined(store, explicit)
+    const found = await tocOrUndefined(loadToc, explicit)
     if (found !== undefined) return { ...found, via: 'label' }
   }
   const blob = labels[CRI_LAYER_DIGEST_LABEL]

@@ -1,5 +1,6 @@
-// Real FUSE mounts over the real read path: ChunkFetcher + MemoryChunkCache
-// + MemoryObjectStore holding zstd blobs. Async fs calls only (the ops are
+// Real FUSE mounts over the daemon's read path: MountChunkReader (with its
+// blob-neighbour readahead) over ChunkFetcher + MemoryChunkCache +
+// MemoryObjectStore holding zstd blobs. Async fs calls only (the ops are
 // answered on this event loop).
 import t, { type Test } from 'tap'
 import { lstat, readFile, readdir, rm, rmdir } from 'node:fs/promises'
@@ -11,9 +12,10 @@ import type { PutOptions } from '../cache/chunk-cache.js'
 import { StoreUnavailableError } from '../errors.js'
 import { blobKey } from '../format/keys.js'
 import { MemoryObjectStore } from '../store/memory-object-store.js'
-import { fetcherChunkReader } from './fetcher-chunk-reader.js'
-import { mountImage, type ImageMount } from './image-mount.js'
-import { MemoryImage, patternBytes } from './memory-image.js'
+import { mountImage, type ImageMount } from '../fs/image-mount.js'
+import { MemoryImage, patternBytes } from '../fs/memory-image.js'
+import { BlobNeighbours } from './blob-neighbours.js'
+import { MountChunkReader } from './mount-chunk-reader.js'
 
 const CHUNK_32KIB = 32 * 1024
 
@@ -60,7 +62,7 @@ async function setup (t: Test): Promise<{ image: MemoryImage, files: Map<string,
 }
 
 let mountpoints = 0
-async function mount (t: Test, image: MemoryImage, fetcher: ChunkFetcher, log: string[] = []): Promise<{ m: ImageMount, dir: string }> {
+async function mount (t: Test, image: MemoryImage, fetcher: ChunkFetcher, cache: CountingCache, log: string[] = []): Promise<{ m: ImageMount, dir: string }> {
   const dir = join(t.testdirName, `mnt-${++mountpoints}`)
   let m: ImageMount | undefined
   t.teardown(async () => {
@@ -68,13 +70,18 @@ async function mount (t: Test, image: MemoryImage, fetcher: ChunkFetcher, log: s
     await rm(dir, { recursive: true, force: true })
     await rmdir(t.testdirName).catch(() => {})
   })
-  m = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: fetcherChunkReader(fetcher, 'memory://fs-fetcher-test'), log: l => log.push(l) })
+  const reader = new MountChunkReader(fetcher, 'memory://fs-fetcher-test', {
+    onPrefetchError: err => log.push(`prefetch: ${(err as Error).message}`),
+    neighbours: () => new BlobNeighbours(image.tocs),
+    isCached: digest => cache.has(digest)
+  })
+  m = await mountImage({ mountpoint: dir, tocs: image.tocs, reader, log: l => log.push(l) })
   return { m, dir }
 }
 
-t.test('fetcherChunkReader(): a cold mount serves every file and attribute; a second mount fetches 0 bytes', async t => {
-  const { image, files, store, fetcher } = await setup(t)
-  const cold = await mount(t, image, fetcher)
+t.test('MountChunkReader: a cold mount serves every file and attribute; a second mount fetches 0 bytes', async t => {
+  const { image, files, store, cache, fetcher } = await setup(t)
+  const cold = await mount(t, image, fetcher, cache)
   for (const [path, data] of files) {
     t.ok((await readFile(join(cold.dir, path))).equals(data), `content of ${path}`)
     const st = await lstat(join(cold.dir, path))
@@ -90,16 +97,16 @@ t.test('fetcherChunkReader(): a cold mount serves every file and attribute; a se
   await fetcher.idle()
   const getsAfterCold = store.gets.length
 
-  const warm = await mount(t, image, fetcher)
+  const warm = await mount(t, image, fetcher, cache)
   for (const [path, data] of files) t.ok((await readFile(join(warm.dir, path))).equals(data), `warm content of ${path}`)
   t.equal(warm.m.stats().fetchedBytes, 0, 'a warm cache fetches nothing')
   t.equal(warm.m.stats().fetchReads, 0, 'every read answered synchronously')
   t.equal(store.gets.length, getsAfterCold, 'no GET at all')
 })
 
-t.test('fetcherChunkReader(): 16 concurrent readers of overlapping files get correct bytes, each chunk fetched once', async t => {
+t.test('MountChunkReader: 16 concurrent readers of overlapping files get correct bytes, each chunk fetched once', async t => {
   const { image, files, cache, fetcher } = await setup(t)
-  const { dir } = await mount(t, image, fetcher)
+  const { dir } = await mount(t, image, fetcher, cache)
   const paths = [...files.keys()]
   const readers = Array.from({ length: 16 }, async (_, r) => {
     // Each reader reads a window of files, overlapping its neighbours'.
@@ -116,10 +123,10 @@ t.test('fetcherChunkReader(): 16 concurrent readers of overlapping files get cor
   t.same([...cache.inserts.values()].filter(n => n !== 1), [], 'and none twice')
 })
 
-t.test('fetcherChunkReader(): the store going away mid-read gives EIO and a log line naming chunk and store', async t => {
-  const { image, files, store, fetcher } = await setup(t)
+t.test('MountChunkReader: the store going away mid-read gives EIO and a log line naming chunk and store', async t => {
+  const { image, files, store, cache, fetcher } = await setup(t)
   const log: string[] = []
-  const { dir, m } = await mount(t, image, fetcher, log)
+  const { dir, m } = await mount(t, image, fetcher, cache, log)
   const [first, ...rest] = [...files.keys()]
   t.ok((await readFile(join(dir, first!))).equals(files.get(first!)!))
   await fetcher.idle()
