@@ -79,6 +79,9 @@ export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CA
 
 export { AlreadyRunningError }
 
+/** Under a holder, how long a new daemon waits for the one handing over to release the home's lock. */
+export const HANDOVER_LOCK_WAIT_MS = 30_000
+
 export class LayerdDaemon {
   readonly config: DaemonConfig
   #db: NodeDb | undefined
@@ -103,11 +106,16 @@ export class LayerdDaemon {
   async start (): Promise<void> {
     const { home, log } = this.config
     ensureHomeDir(home)
-    this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? 0)
+    const store = HeldConnections.storeFromEnv(log)
+    if (store?.kind === 'holder') {
+      // A planned restart starts this daemon while the old one still serves: say it has loaded, then wait for the old one to go.
+      try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
+    }
+    this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? (store?.kind === 'holder' ? HANDOVER_LOCK_WAIT_MS : 0))
     try {
       this.#lock.writePidFile()
       const started = performance.now()
-      this.#keeper = HeldConnections.open(home, log)
+      this.#keeper = store === undefined ? undefined : HeldConnections.open(home, store, log)
       this.#db = openNodeDb(home)
       expectRejections(isLmdbCommitEcho)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })

@@ -89,17 +89,18 @@ export class RegistryAuth {
     const previous = this.#challenge
     this.#challenge = c
     if (c.scheme === 'basic') {
-      if (previous?.scheme === 'basic') throw await this.#refused(what)
+      if (previous?.scheme === 'basic') throw await this.refused(what)
       await this.#basicHeader()
       return
     }
     if (c.params.realm === undefined) throw new RegistryAuthError(`${what}: registry ${this.#registry} sent a Bearer challenge without a realm`)
-    if (c.params.error === 'insufficient_scope' && this.#token !== undefined && previous?.scheme === 'bearer') throw await this.#refused(what)
+    if (c.params.error === 'insufficient_scope' && this.#token !== undefined && previous?.scheme === 'bearer') throw await this.refused(what)
     this.#token = undefined
     await this.#renew()
   }
 
-  async #refused (what: string): Promise<RegistryAuthError> {
+  /** The error for a request still refused (401) after its challenge was answered. Async. */
+  async refused (what: string): Promise<RegistryAuthError> {
     const creds = await this.#credentials()
     return new RegistryAuthError(creds === undefined
       ? `${what}: registry ${this.#registry} requires authentication; give --creds USER:PASS or log in (auth file, credential helper)`

@@ -180,6 +180,10 @@ export class RegistryClient {
         await this.#auth.unauthorized(res.headers.get('www-authenticate'), what)
         continue
       }
+      if (res.status === 401) {
+        await res.body?.cancel().catch(() => {})
+        throw await this.#auth.refused(what)
+      }
       if (res.ok) return res
       const text = await res.text().catch(() => '')
       const detail = registryErrorDetail(text)

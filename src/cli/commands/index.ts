@@ -7,6 +7,7 @@ import { exportCommand, pullCommand } from './pull.js'
 import { pushCommand } from './push.js'
 import { commitCommand, gcCommand, psCommand, runCommand } from './sandboxes.js'
 import { containerdCommand } from './containerd.js'
+import { daemonCommand } from './daemon.js'
 
 export const commands: Command[] = [
   pushCommand,
@@ -27,5 +28,6 @@ export const commands: Command[] = [
   psCommand,
   commitCommand,
   gcCommand,
-  containerdCommand
+  containerdCommand,
+  daemonCommand
 ]

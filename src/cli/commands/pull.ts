@@ -1,7 +1,7 @@
 /** `layerctl pull` and `layerctl export`: an image into the node cache, or out as a root filesystem. */
 import { UsageError } from '../../errors.js'
 import { parseRef } from '../../format/ref.js'
-import type { Command } from '../command.js'
+import type { Command, CommandArgs, CommandContext } from '../command.js'
 import { absolute, daemonFor, storeParams } from '../daemon-client.js'
 import { formatBytes } from '../human-units.js'
 
@@ -23,10 +23,11 @@ export const pullCommand: Command = {
 
 export const exportCommand: Command = {
   name: 'export',
-  summary: 'write an image\'s merged root filesystem to a tar file (-o) or an empty directory (-C)',
-  usage: 'layerctl export NAME:TAG (-o FILE.tar | -C DIR)',
-  options: { output: { type: 'string', short: 'o' }, directory: { type: 'string', short: 'C' } },
+  summary: 'write an image\'s merged root filesystem to a tar file (-o) or an empty directory (-C), or the image itself (--format oci|oci-archive|docker-archive -o PATH)',
+  usage: 'layerctl export NAME:TAG (-o FILE.tar | -C DIR | --format oci|oci-archive|docker-archive -o PATH)',
+  options: { output: { type: 'string', short: 'o' }, directory: { type: 'string', short: 'C' }, format: { type: 'string' } },
   async run (ctx, { values, positionals }) {
+    if (values.format !== undefined) return await exportImageFormat(ctx, values, positionals, this.usage)
     if (positionals.length !== 1 || (values.output === undefined) === (values.directory === undefined)) {
       throw new UsageError(`export takes NAME:TAG and one of -o FILE.tar or -C DIR; usage: ${this.usage}`)
     }
@@ -37,4 +38,28 @@ export const exportCommand: Command = {
     ctx.out(ctx.json ? JSON.stringify(r) : `exported ${positionals[0]}: ${r.entries} entries, ${formatBytes(r.contentBytes)}; fetched ${formatBytes(r.fetchedBytes)}`)
     return 0
   }
+}
+
+/** `export --format …`: the image itself, read from the store in this process (chunks verified as they are read). */
+async function exportImageFormat (ctx: CommandContext, values: CommandArgs['values'], positionals: string[], usage: string): Promise<number> {
+  const { IMAGE_EXPORT_FORMATS, exportImageLayout } = await import('../../materialize/export-layout.js')
+  const format = values.format as string
+  if (!(IMAGE_EXPORT_FORMATS as readonly string[]).includes(format)) throw new UsageError(`invalid --format ${JSON.stringify(format)}: use ${IMAGE_EXPORT_FORMATS.join(', ')}`)
+  if (positionals.length !== 1 || typeof values.output !== 'string' || values.directory !== undefined) {
+    throw new UsageError(`export --format takes NAME:TAG and -o PATH; usage: ${usage}`)
+  }
+  const ref = parseRef(positionals[0]!)
+  const [{ loadImage }, { ChunkFetcher }, { MemoryChunkCache }] = await Promise.all([
+    import('../../image/load-image.js'), import('../../cache/chunk-fetcher.js'), import('../../cache/memory-chunk-cache.js')])
+  const store = ctx.store()
+  const image = await loadImage(store, ref)
+  const fetcher = new ChunkFetcher(store, new MemoryChunkCache())
+  try {
+    const r = await exportImageLayout(image, ref, fetcher, format as typeof IMAGE_EXPORT_FORMATS[number], absolute(values.output))
+    const bytes = r.layers.reduce((n, l) => n + l.size, 0)
+    ctx.out(ctx.json ? JSON.stringify(r) : `exported ${positionals[0]} as ${format} ${r.path}: ${r.layers.length} layer(s), ${formatBytes(bytes)}; manifest ${r.manifest}`)
+  } finally {
+    await fetcher.close()
+  }
+  return 0
 }

@@ -140,6 +140,12 @@ export interface OpenImageSourceOptions {
    * a single image is taken, else the linux/amd64 one, else it is an error.
    */
   tag?: string
+  /**
+   * The kind the input must be read as when it could be read as several (an
+   * archive holding both an OCI layout and a docker manifest.json, as
+   * `docker save` writes): `oci-archive:` asks for the OCI side.
+   */
+  prefer?: 'oci-archive' | 'docker-archive'
 }
 
 export const ZERO_DIFF_ID: Digest = `sha256:${'0'.repeat(64)}`

@@ -206,7 +206,7 @@ export class TarLayerSource implements LayerSource {
     }
     const blobDigest: Digest = `sha256:${(hashBlob ? blobHash : diffHash.copy()).digest('hex')}`
     if (this.#input.blobDigest !== undefined && blobDigest !== this.#input.blobDigest) {
-      throw new BadInputError(`${name}: blob content has digest ${blobDigest}, not ${this.#input.blobDigest} (corrupt or tampered layout)`)
+      throw new BadInputError(`${name}: blob content has digest ${blobDigest}, not ${this.#input.blobDigest} (corrupt or tampered input)`)
     }
   }
 

@@ -8,7 +8,8 @@
  *   image-archive names (manifest.json, index.json, oci-layout, blobs/,
  *   `<hex>.json`, `<hex>/…`, repositories) → a docker-archive when it has a
  *   manifest.json listing images, else an OCI archive when it has
- *   oci-layout and index.json;
+ *   oci-layout and index.json (an archive with both is read as OCI when
+ *   `prefer: 'oci-archive'`);
  * - any other tar → a plain rootfs tar (the scan stops at the first member
  *   that no image archive would hold, so this costs one header read).
  * Anything else is refused with BadInputError.
@@ -60,10 +61,10 @@ export async function openImageSource (path: string, opts: OpenImageSourceOption
     accept: name => ARCHIVE_TOP_LEVEL.test(name.split('/', 1)[0]!)
   })
   if (index !== undefined) {
+    const isOci = index.resolveFile('oci-layout') !== undefined && index.resolveFile('index.json') !== undefined
+    if (isOci && opts.prefer === 'oci-archive') return await openOciLayout(archiveFiles(index, `OCI archive ${path}`), 'oci-archive', path, ctx, opts.tag)
     if (await isDockerArchive(index)) return await openDockerArchive(index, path, ctx, opts.tag)
-    if (index.resolveFile('oci-layout') !== undefined && index.resolveFile('index.json') !== undefined) {
-      return await openOciLayout(archiveFiles(index, `OCI archive ${path}`), 'oci-archive', path, ctx, opts.tag)
-    }
+    if (isOci) return await openOciLayout(archiveFiles(index, `OCI archive ${path}`), 'oci-archive', path, ctx, opts.tag)
   }
   return openRootfsTar(path, st.size, ctx)
 }

@@ -26,7 +26,8 @@ export async function openSource (spec: SourceSpec, opts: OpenSourceOptions = {}
   if (spec.transport === 'docker') return await openRegistryImage(spec.reference, ingestContext(opts), opts.registry ?? { env: {} })
   if (spec.transport === 'path') return await openImageSource(spec.path, opts)
   const tag = spec.transport === 'docker-archive' ? spec.ref : spec.tag
-  const source = await openImageSource(spec.path, { ...opts, ...(tag === undefined ? {} : { tag }) })
+  const prefer = spec.transport === 'oci' ? undefined : spec.transport
+  const source = await openImageSource(spec.path, { ...opts, ...(tag === undefined ? {} : { tag }), ...(prefer === undefined ? {} : { prefer }) })
   const want = EXPECTED_KIND[spec.transport]
   if (source.kind !== want) {
     await source.close()
