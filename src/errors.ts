@@ -214,3 +214,13 @@ export function asLayerdError (err: unknown, context: string): LayerdError {
   if (err instanceof LayerdError) return err
   return new InternalError(`${context}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
 }
+
+/**
+ * The error a peer (the daemon, the fd holder) sent as `{ code, message }`,
+ * as its class again; a code this build does not know (a newer peer) keeps
+ * its code on a plain LayerdError.
+ */
+export function errorFromWire (code: string, message: string): LayerdError {
+  const Cls = ERROR_CLASSES.get(code)
+  return Cls === undefined ? new LayerdError(code, message) : new Cls(message)
+}

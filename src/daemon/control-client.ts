@@ -9,7 +9,7 @@
  */
 import { connect, type Socket } from 'node:net'
 import {
-  BadRequestError, DaemonUnavailableError, ERROR_CLASSES, LayerdError
+  BadRequestError, DaemonUnavailableError, errorFromWire
 } from '../errors.js'
 import { MAX_REQUEST_BYTES, type ControlCallArgs, type ControlMethod, type ControlResponse, type ControlResults } from './control-protocol.js'
 
@@ -69,8 +69,7 @@ export class ControlClient {
       if (p === undefined) continue
       this.#pending.delete(res.id)
       if ('error' in res) {
-        const Cls = ERROR_CLASSES.get(res.error.code)
-        p.reject(Cls === undefined ? new LayerdError(res.error.code, res.error.message) : new Cls(res.error.message))
+        p.reject(errorFromWire(res.error.code, res.error.message))
       } else p.resolve(res.result)
     }
   }

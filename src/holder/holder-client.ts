@@ -6,7 +6,7 @@
  */
 import { createConnection } from 'node:net'
 import { join } from 'node:path'
-import { DaemonUnavailableError, LayerdError } from '../errors.js'
+import { DaemonUnavailableError, errorFromWire } from '../errors.js'
 import { HOLDER_SOCKET } from './fd-store-protocol.js'
 import type { HolderStatus, RestartResult } from './holder.js'
 
@@ -34,7 +34,7 @@ export async function callHolder<M extends keyof HolderMethods> (home: string, m
       socket.destroy()
       try {
         const r = JSON.parse(buffered.slice(0, nl)) as { result?: HolderMethods[M], error?: { code: string, message: string } }
-        if (r.error !== undefined) reject(new LayerdError(r.error.code, r.error.message))
+        if (r.error !== undefined) reject(errorFromWire(r.error.code, r.error.message))
         else resolve(r.result as HolderMethods[M])
       } catch (err) {
         reject(new DaemonUnavailableError(`the layerd holder at ${path} sent a bad answer`, { cause: err }))
