@@ -19,6 +19,7 @@ import { parseArgs } from 'node:util'
 import { describeError } from '../src/errors.js'
 import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
+import { parseFuseBackend } from '../src/fs/image-mount.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { installProcessGuards } from '../src/daemon/process-guards.js'
@@ -57,8 +58,9 @@ async function main (): Promise<number> {
     console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]')
     return LAYERD_EXIT.OK
   }
-  const { home } = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
-  const cacheSizeFlag = values['cache-size'] ?? process.env.LAYERD_CACHE_SIZE ?? DEFAULT_CACHE_SIZE
+  const settings = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
+  const { home } = settings
+  const cacheSizeFlag = values['cache-size'] ?? settings.cacheSize ?? DEFAULT_CACHE_SIZE
   const cacheBytes = cacheSizeFlag === 'unlimited' ? Infinity : parseSize(cacheSizeFlag)
   if (cacheBytes === undefined) {
     console.error(`layerd: invalid --cache-size ${JSON.stringify(cacheSizeFlag)}: use a size such as 20G, or unlimited`)
@@ -84,7 +86,13 @@ async function main (): Promise<number> {
     console.log(`layerd running (pid ${info.pid}) for ${home}`)
     return LAYERD_EXIT.OK
   }
-  const settings = resolveSettings({ home })
+  let fuseBackend
+  try {
+    fuseBackend = settings.fuseBackend === undefined ? undefined : parseFuseBackend(settings.fuseBackend)
+  } catch (err) {
+    console.error(`layerd: ${describeError(err)}`)
+    return LAYERD_EXIT.USAGE
+  }
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
   try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
@@ -92,13 +100,14 @@ async function main (): Promise<number> {
     home,
     cacheBytes,
     restoreMounts: values['no-restore'] !== true,
+    mounts: { stacks: settings.stacks, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
     log,
     ...(metricsAddr === undefined ? {} : { metricsAddr }),
     sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),
     services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
     sweepAtStart: async (db, log) => {
-      const orphans = await removeOrphanedSandboxes(db, log)
-      if (orphans > 0) log(`removed ${orphans} sandbox(es) left by crashed callers`)
+      const { removed } = await removeOrphanedSandboxes(db, log)
+      if (removed.length > 0) log(`removed ${removed.length} sandbox(es) left by crashed callers`)
     }
   })
   try {

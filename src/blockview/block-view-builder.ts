@@ -27,14 +27,14 @@
  * (security.capability included), hardlinks, device nodes, fifos,
  * symlinks, mtimes and holes; the tests check that through a loop mount.
  *
- * May import: src/errors.ts, this folder, node built-ins.
+ * May import: src/errors.ts, src/format/, src/host/, this folder, node built-ins.
  */
-import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { lstat, mkdtemp, open, rm, truncate, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
-import { LimitExceededError, UnsupportedError } from '../errors.js'
+import { CommandFailedError, LimitExceededError } from '../errors.js'
+import { collectHost } from '../host/host-command.js'
 import { decodeExt4Superblock, type Ext4Superblock } from '../format/ext4-superblock.js'
 import { clearLifetimeWrites, normalizeInodeTimes } from './metadata-normalizer.js'
 import { BLOCK_BYTES, measureTree, type TreeMeasure } from './tree-measure.js'
@@ -60,7 +60,6 @@ const SIZE_SLACK = 1.03
 const FIXED_OVERHEAD_BYTES = 8 * 1024 * 1024
 const SIZE_ALIGN_BYTES = 1024 * 1024
 const MAX_ATTEMPTS = 4
-const STDERR_TAIL_CHARS = 1000
 
 /** The whole mke2fs configuration: nothing comes from the host's /etc/mke2fs.conf. */
 const MKE2FS_CONF = `[defaults]
@@ -119,15 +118,8 @@ export function planFilesystem (tree: TreeMeasure, headroomBytes: number): { siz
 }
 
 async function mke2fs (args: string[], env: NodeJS.ProcessEnv): Promise<{ ok: boolean, noSpace: boolean, stderr: string }> {
-  return await new Promise((resolve, reject) => {
-    const child = spawn('mkfs.ext4', args, { env, stdio: ['ignore', 'ignore', 'pipe'] })
-    let err = ''
-    child.stderr.on('data', (c: Buffer) => { err = (err + c.toString()).slice(-STDERR_TAIL_CHARS) })
-    child.on('error', e => reject((e as NodeJS.ErrnoException).code === 'ENOENT'
-      ? new UnsupportedError('mkfs.ext4 (e2fsprogs) is not installed', { cause: e })
-      : e))
-    child.on('close', code => resolve({ ok: code === 0, noSpace: /Could not allocate|No space left|allocating inode|block bitmap/i.test(err), stderr: err.trim() }))
-  })
+  const r = await collectHost('mkfs.ext4', args, { env, timeoutMs: Infinity, missing: 'mkfs.ext4 (e2fsprogs) is not installed' })
+  return { ok: r.code === 0, noSpace: /Could not allocate|No space left|allocating inode|block bitmap/i.test(r.stderr), stderr: r.stderr }
 }
 
 /** The superblock of the ext4 file at `path`. Async. */
@@ -146,7 +138,7 @@ export async function readBlockViewSuperblock (path: string): Promise<Ext4Superb
  * Build the block view of the merged tree at `mergedDir`. Async; about 1-2 s
  * for a 165 MB Debian tree. Throws NotFoundError when `mergedDir` is not a
  * directory, LimitExceededError when a given `sizeBytes` is too small,
- * UnsupportedError without e2fsprogs, Error naming mke2fs' complaint otherwise.
+ * UnsupportedError without e2fsprogs, CommandFailedError naming mke2fs' complaint otherwise.
  */
 export async function buildBlockView (mergedDir: string, opts: BlockViewOptions): Promise<BuiltBlockView> {
   const tree = await measureTree(mergedDir)
@@ -172,9 +164,9 @@ export async function buildBlockView (mergedDir: string, opts: BlockViewOptions)
     for (let attempt = 1; ; attempt++) {
       const r = await mkfs(sizeBytes)
       if (r.ok) break
-      if (!r.noSpace) throw new Error(`mkfs.ext4 -d ${mergedDir} ${out} failed: ${r.stderr}`)
+      if (!r.noSpace) throw new CommandFailedError(`mkfs.ext4 -d ${mergedDir} ${out} failed: ${r.stderr}`)
       if (opts.sizeBytes !== undefined) throw new LimitExceededError(`tree ${mergedDir} does not fit a ${opts.sizeBytes}-byte block view: ${r.stderr.split('\n').pop() ?? ''}`)
-      if (attempt >= MAX_ATTEMPTS) throw new Error(`tree ${mergedDir} still does not fit a ${sizeBytes}-byte block view after ${attempt} attempts: ${r.stderr}`)
+      if (attempt >= MAX_ATTEMPTS) throw new CommandFailedError(`tree ${mergedDir} still does not fit a ${sizeBytes}-byte block view after ${attempt} attempts: ${r.stderr}`)
       // Deterministic retry: the next size depends only on the previous one.
       sizeBytes = Math.ceil(sizeBytes * 1.25 / SIZE_ALIGN_BYTES) * SIZE_ALIGN_BYTES
     }
@@ -185,7 +177,7 @@ export async function buildBlockView (mergedDir: string, opts: BlockViewOptions)
       const tight = Math.ceil(((first.blocksCount - first.freeBlocks) * first.blockSize + headroom + TIGHT_SLACK_BYTES) / SIZE_ALIGN_BYTES) * SIZE_ALIGN_BYTES
       if (tight < sizeBytes) {
         const r = await mkfs(tight)
-        if (!r.ok && !r.noSpace) throw new Error(`mkfs.ext4 -d ${mergedDir} ${out} failed: ${r.stderr}`)
+        if (!r.ok && !r.noSpace) throw new CommandFailedError(`mkfs.ext4 -d ${mergedDir} ${out} failed: ${r.stderr}`)
         if (!r.ok) await mkfs(sizeBytes) // deterministic fallback: the first pass's size
       }
     }

@@ -16,34 +16,19 @@
  * (a FUSE mount and a directory differ by megabytes) and on how many inodes
  * needed new times: it is reset last.
  *
- * May import: src/errors.ts, node built-ins.
+ * May import: src/errors.ts, src/host/, node built-ins.
  */
-import { spawn } from 'node:child_process'
 import { BadInputError, UnsupportedError } from '../errors.js'
+import { runHost } from '../host/host-command.js'
 
 /** The first non-reserved inode of ext4 (s_first_ino); below it only the root (2) holds tree content. */
 const FIRST_ORDINARY_INODE = 11
 const ROOT_INODE = 2
-const STDERR_TAIL_CHARS = 1000
 
 interface Time { lo: number, extra: number }
 
 async function debugfs (args: string[], commands: string, env: NodeJS.ProcessEnv): Promise<string> {
-  return await new Promise((resolve, reject) => {
-    const child = spawn('debugfs', [...args, '-f', '-'], { env, stdio: ['pipe', 'pipe', 'pipe'] })
-    const out: Buffer[] = []
-    let err = ''
-    child.stdout.on('data', (c: Buffer) => out.push(c))
-    child.stderr.on('data', (c: Buffer) => { err = (err + c.toString()).slice(-STDERR_TAIL_CHARS) })
-    child.on('error', e => reject((e as NodeJS.ErrnoException).code === 'ENOENT'
-      ? new UnsupportedError('debugfs (e2fsprogs) is not installed', { cause: e })
-      : e))
-    child.on('close', code => {
-      if (code === 0) resolve(Buffer.concat(out).toString())
-      else reject(new Error(`debugfs ${args.join(' ')} failed (exit ${code}): ${err.trim()}`))
-    })
-    child.stdin.end(commands)
-  })
+  return await runHost('debugfs', [...args, '-f', '-'], { env, input: commands, timeoutMs: Infinity, maxStdoutBytes: Infinity, missing: 'debugfs (e2fsprogs) is not installed' })
 }
 
 function parseTimes (block: string): Map<string, Time> {

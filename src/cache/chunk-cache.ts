@@ -112,7 +112,7 @@ export interface ChunkCache {
    * Checks sha256(plain) === digest unless `verified` is set: throws
    * CorruptObjectError on mismatch (nothing stored), UsageError for a
    * malformed digest or a closed cache, LimitExceededError or
-   * StoreUnavailableError if a backend that writes at once cannot write (a
+   * CacheIoError if a backend that writes at once cannot write (a
    * batching backend logs and counts the failure instead).
    * Do not mutate `plain` until the promise settles (ever, with `transfer`).
    */

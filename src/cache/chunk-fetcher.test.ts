@@ -2,7 +2,7 @@ import t, { type Test } from 'tap'
 import { createHash, randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { compress } from 'zstd-napi'
-import { CorruptObjectError, NotFoundError, StoreUnavailableError, UsageError } from '../errors.js'
+import { CorruptObjectError, InternalError, NotFoundError, StoreUnavailableError, UsageError } from '../errors.js'
 import { blobKey } from '../format/keys.js'
 import type { ChunkRef } from '../format/toc.js'
 import { MemoryObjectStore } from '../store/memory-object-store.js'
@@ -186,11 +186,31 @@ t.test('ChunkFetcher.read() fails fast with StoreUnavailableError when the store
   t.equal(err.cause, store.failWith, 'cause kept')
   t.equal(mount.storeErrors, 1)
   t.equal(fetcher.inflight, 0)
-  store.failWith = new TypeError('socket hang up')
-  await t.rejects(fetcher.read(refs), StoreUnavailableError, 'any other failure is StoreUnavailableError too')
   store.failWith = undefined
   const got = await fetcher.read(refs)
   t.ok(got[1]!.equals(plains[1]!), 'works again once the store is back')
+})
+
+t.test('ChunkFetcher.read() keeps the class of a store error that is not "unavailable", and reports a bug as InternalError with its stack', async t => {
+  const { store, fetcher } = setup(t)
+  const { refs } = await packBlob(store, plainChunks(1))
+  const denied = new UsageError(`cannot getRange blobs/x in store ${store.url}: permission denied`)
+  store.failWith = denied
+  const err = await fetcher.read(refs).catch(e => e)
+  t.type(err, UsageError)
+  t.notOk(err instanceof StoreUnavailableError)
+  t.match(err.message, `cannot fetch chunk ${refs[0]!.digest}`)
+  t.match(err.message, 'permission denied')
+  t.equal(err.cause, denied)
+  const bug = new TypeError("Cannot read properties of undefined (reading 'length')")
+  store.failWith = bug
+  const e2 = await fetcher.read(refs).catch(e => e)
+  t.type(e2, InternalError)
+  t.equal(e2.code, 'ERR_INTERNAL')
+  t.notOk(e2 instanceof StoreUnavailableError, 'a bug is not "store unavailable"')
+  t.equal(e2.cause, bug, 'the original error, with its stack, is the cause')
+  t.match(e2.cause.stack, /TypeError: Cannot read properties/)
+  t.equal(fetcher.stats.storeErrors, 2, 'both GETs count as failed')
 })
 
 t.test('ChunkFetcher.read() names a missing blob with NotFoundError', async t => {

@@ -9,10 +9,13 @@
  *   counted, never cached or returned;
  * - demand reads have their own concurrency and never queue behind
  *   prefetch (fetch-scheduler.ts);
- * - store failures become StoreUnavailableError (NotFoundError for a missing
- *   blob) naming the chunk and the store; a GET slower than
- *   `fetchTimeoutMs` fails instead of hanging. No retries here: a retrying
- *   store sits below if wanted.
+ * - a failed GET keeps its class (the store classified it: unavailable,
+ *   access denied as UsageError, NotFoundError for a missing blob…) with
+ *   the chunk and the store in front of its message and the store's error
+ *   as its cause; a failure that is not a LayerdError is a bug, wrapped as
+ *   InternalError with its cause (and stack). A GET slower than
+ *   `fetchTimeoutMs` fails with StoreUnavailableError instead of hanging.
+ *   No retries here: a retrying store sits below if wanted.
  *
  * Counters: `fetcher.stats` counts for the node; a consumer (one FUSE mount)
  * passes its own FetchStats sink to read()/prefetch()/getCached() and gets
@@ -22,7 +25,7 @@
  *
  * May import: src/errors.ts, src/format/, src/store/ (types), ./ siblings.
  */
-import { CorruptObjectError, LayerdError, NotFoundError, StoreUnavailableError, UsageError } from '../errors.js'
+import { CorruptObjectError, InternalError, LayerdError, NotFoundError, StoreUnavailableError, UsageError, asLayerdError, withContext } from '../errors.js'
 import { blobKey } from '../format/keys.js'
 import type { ChunkRef } from '../format/toc.js'
 import type { ObjectStore } from '../store/object-store.js'
@@ -112,7 +115,7 @@ const DECODE_SLICE_MS = 2
 export class ChunkFetcher {
   /** The node-wide counters. */
   readonly stats: FetchStats = newFetchStats()
-  readonly #store: Pick<ObjectStore, 'getRange' | 'url'>
+  readonly #store: Pick<ObjectStore, 'getRange' | 'url' | 'remote'>
   readonly #cache: ChunkCache
   readonly #scheduler: FetchScheduler
   readonly #plan: { maxGapBytes: number, maxRunBytes: number }
@@ -126,7 +129,7 @@ export class ChunkFetcher {
   /** Cache writes that failed (full disk, closed cache); the chunk was still served. */
   cacheWriteErrors = 0
 
-  constructor (store: Pick<ObjectStore, 'getRange' | 'url'>, cache: ChunkCache, options: ChunkFetcherOptions = {}) {
+  constructor (store: Pick<ObjectStore, 'getRange' | 'url' | 'remote'>, cache: ChunkCache, options: ChunkFetcherOptions = {}) {
     this.#store = store
     this.#cache = cache
     this.#scheduler = new FetchScheduler({
@@ -147,6 +150,11 @@ export class ChunkFetcher {
    * buffer follows ChunkCache.get()'s lifetime: a read-only view valid until
    * the next call into the cache; copy out of it at once.
    */
+  /** The store's capability (ObjectStore.remote): true when each GET is a network round trip. */
+  get remoteStore (): boolean {
+    return this.#store.remote === true
+  }
+
   getCached (digest: string, stats?: FetchStats): Buffer | undefined {
     const view = this.#cache.get(digest)
     if (view !== undefined) { this.stats.hits++; if (stats !== undefined) stats.hits++ }
@@ -159,7 +167,9 @@ export class ChunkFetcher {
    * READ-ONLY (one may be shared by every reader of that chunk, and is being
    * written to the cache) and stay valid as long as they are referenced.
    * Rejects with the first failure: CorruptObjectError, StoreUnavailableError,
-   * NotFoundError (blob missing from the store), UsageError (closed).
+   * NotFoundError (blob missing from the store), UsageError (closed, or the
+   * store refused access), any other LayerdError the store threw, with
+   * context; InternalError for a bug.
    */
   read (refs: readonly ChunkRef[], options: ReadOptions = {}): Promise<Buffer[]> {
     if (this.#closed) return Promise.reject(new UsageError('cannot read chunks: the chunk fetcher is closed'))
@@ -345,9 +355,10 @@ export class ChunkFetcher {
       try {
         plain = decodeChunk(frame, p.ref, this.#store.url)
       } catch (err) {
-        this.#countCorrupt(p)
-        this.#log((err as Error).message)
-        this.#fail(p, err as Error)
+        const e = asLayerdError(err, `cannot decode ${describeChunk(p.ref, this.#store.url)}`)
+        if (e instanceof CorruptObjectError) this.#countCorrupt(p)
+        this.#log(e.message)
+        this.#fail(p, e)
         continue
       }
       if (p.priority === 'prefetch') {
@@ -387,10 +398,9 @@ export class ChunkFetcher {
   /** The error a reader of `ref` gets when the GET of `range` failed with `err`. */
   #fetchError (err: unknown, ref: ChunkRef, range: RangeRun<ChunkRef>): LayerdError {
     const what = `cannot fetch chunk ${ref.digest} (blob ${range.blob} bytes ${range.offset}+${range.length}) from store ${this.#store.url}`
-    const why = err instanceof Error ? err.message : String(err)
     if (err instanceof NotFoundError) return new NotFoundError(`${what}: the blob is not in the store`, { cause: err })
-    if (err instanceof CorruptObjectError) return new CorruptObjectError(`${what}: ${why}`, { cause: err })
-    return new StoreUnavailableError(`${what}: ${why}`, { cause: err })
+    if (err instanceof LayerdError) return withContext(err, what)
+    return new InternalError(`${what}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
   }
 
   #countCorrupt (p: Pending): void {

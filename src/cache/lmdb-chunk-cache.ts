@@ -61,7 +61,7 @@ import { mkdirSync, rmSync } from 'node:fs'
 import { constants as osConstants } from 'node:os'
 import { join, resolve } from 'node:path'
 import { open, type Database, type RootDatabase } from 'lmdb'
-import { LimitExceededError, StoreUnavailableError, UnsupportedError } from '../errors.js'
+import { CacheIoError, LimitExceededError, UnsupportedError } from '../errors.js'
 import { BaseChunkCache } from './base-chunk-cache.js'
 import {
   CacheQuota, type CacheQuotaOptions, type CacheUsage, type EntryKind, type IndexedEntry
@@ -161,7 +161,7 @@ export class LmdbChunkCache extends BaseChunkCache {
   /**
    * Open (creating) the cache in `dir`. Sync. A cache left open without
    * fsync by a writer from an earlier boot is discarded first (logged).
-   * Throws StoreUnavailableError when lmdb cannot open the directory,
+   * Throws CacheIoError when lmdb cannot open the directory,
    * UnsupportedError for a cache written in a newer format, UsageError for
    * invalid quota options.
    */
@@ -195,7 +195,7 @@ export class LmdbChunkCache extends BaseChunkCache {
       writeMarker(dir, { state: 'open', noSync: this.#noSync, bootId, pid: process.pid })
       this.#env = open({ path: dir, noSubdir: false, mapSize, maxDbs: 8, noSync: this.#noSync, noMemInit: true })
     } catch (err) {
-      throw new StoreUnavailableError(`cannot open chunk cache ${dir}: ${(err as Error).message}`, { cause: err })
+      throw new CacheIoError(`cannot open chunk cache ${dir}: ${(err as Error).message}`, { cause: err })
     }
     this.#chunks = this.#env.openDB({ name: 'chunks', encoding: 'binary' })
     this.#frames = this.#env.openDB({ name: 'frames', encoding: 'binary' })
@@ -438,7 +438,7 @@ export class LmdbChunkCache extends BaseChunkCache {
       const msg = describeWriteFailure(cause)
       failure = /MDB_MAP_FULL|ENOSPC|EDQUOT|No space/i.test(msg)
         ? new LimitExceededError(`chunk cache ${this.location} is full: cannot ${what}: ${msg}`, { cause })
-        : new StoreUnavailableError(`chunk cache ${this.location} cannot ${what}: ${msg}`, { cause })
+        : new CacheIoError(`chunk cache ${this.location} cannot ${what}: ${msg}`, { cause })
     }
     if (this.#health.failed(cause) && !this.closed) {
       // Evict harder: pages lmdb frees are reused by the next commits without the file growing.

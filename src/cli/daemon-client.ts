@@ -9,7 +9,7 @@ import type { CommandContext } from './command.js'
 
 /** The daemon for this home; connected (and started) once per command. */
 export async function daemonFor (ctx: CommandContext): Promise<ControlClient> {
-  const args = process.env.LAYERD_CACHE_SIZE === undefined ? [] : ['--cache-size', process.env.LAYERD_CACHE_SIZE]
+  const args = ctx.settings.cacheSize === undefined ? [] : ['--cache-size', ctx.settings.cacheSize]
   const client = await connectDaemon({ home: ctx.settings.home, args })
   ctx.defer(() => client.close())
   return client

@@ -90,7 +90,7 @@ export async function main (argv: string[], io: MainIo = defaultIo): Promise<num
     return (await command.run(ctx, { values, positionals })) ?? EXIT_OK
   } catch (err) {
     io.stderr(`layerctl ${name}: ${describeError(err)}`)
-    if (debug && err instanceof Error) io.stderr(err.stack ?? '')
+    for (let e: unknown = err; debug && e instanceof Error; e = e.cause) io.stderr(`${e === err ? '' : 'caused by: '}${e.stack ?? e.message}`)
     return command.failureExitCode ?? (err instanceof UsageError ? EXIT_USAGE : EXIT_FAILURE)
   } finally {
     for (const fn of deferred.reverse()) {

@@ -1,6 +1,11 @@
 import t from 'tap'
 import { BlobNeighbours, NEIGHBOUR_READAHEAD_BYTES, REMOTE_NEIGHBOUR_READAHEAD_BYTES, neighbourBudget } from './blob-neighbours.js'
 import { resolveChunk, type LayerToc } from '../format/toc.js'
+import { FaultyObjectStore } from '../store/faulty-object-store.js'
+import { FsObjectStore } from '../store/fs-object-store.js'
+import { MemoryObjectStore } from '../store/memory-object-store.js'
+import { RetryingObjectStore } from '../store/retrying-object-store.js'
+import { S3ObjectStore } from '../store/s3-object-store.js'
 
 const hex = (n: number): string => n.toString(16).padStart(64, '0')
 const toc: LayerToc = {
@@ -25,8 +30,12 @@ t.test('BlobNeighbours.extend() skips cached chunks and chunks already asked for
   t.same(nb.extend([ref(1), ref(2)], d => d === hex(3), 64 * 1024).map(r => r.offset / 20480 + 1), [4, 5], 'each miss has its own budget')
 })
 
-t.test('neighbourBudget() reads further on a remote store', async t => {
-  t.equal(neighbourBudget('s3://bucket/prefix'), REMOTE_NEIGHBOUR_READAHEAD_BYTES)
-  t.equal(neighbourBudget('/var/lib/layerd/store'), NEIGHBOUR_READAHEAD_BYTES)
+t.test('neighbourBudget() reads further on a remote store, as the stores report it', async t => {
+  t.equal(neighbourBudget(true), REMOTE_NEIGHBOUR_READAHEAD_BYTES)
+  t.equal(neighbourBudget(false), NEIGHBOUR_READAHEAD_BYTES)
+  t.equal(new S3ObjectStore({ bucket: 'b', endpoint: 'http://127.0.0.1:9' }).remote, true)
+  t.equal(new RetryingObjectStore(new FaultyObjectStore(new S3ObjectStore({ bucket: 'b', endpoint: 'http://127.0.0.1:9' }))).remote, true, 'decorators report their inner store')
+  t.equal(new FsObjectStore(t.testdir()).remote, false)
+  t.equal(new MemoryObjectStore().remote, false)
   t.ok(REMOTE_NEIGHBOUR_READAHEAD_BYTES > NEIGHBOUR_READAHEAD_BYTES)
 })

@@ -28,9 +28,9 @@ export const NEIGHBOUR_READAHEAD_BYTES = 64 * 1024
  */
 export const REMOTE_NEIGHBOUR_READAHEAD_BYTES = 256 * 1024
 
-/** The readahead budget for chunks of the store at `storeUrl`. */
-export function neighbourBudget (storeUrl: string): number {
-  return storeUrl.startsWith('s3://') ? REMOTE_NEIGHBOUR_READAHEAD_BYTES : NEIGHBOUR_READAHEAD_BYTES
+/** The readahead budget for chunks of a store that is `remote` (its ObjectStore capability) or not. */
+export function neighbourBudget (remote: boolean): number {
+  return remote ? REMOTE_NEIGHBOUR_READAHEAD_BYTES : NEIGHBOUR_READAHEAD_BYTES
 }
 
 export class BlobNeighbours {

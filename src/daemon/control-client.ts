@@ -9,21 +9,9 @@
  */
 import { connect, type Socket } from 'node:net'
 import {
-  BadInputError, CorruptObjectError, DaemonUnavailableError, LayerdError, LimitExceededError, NotFoundError,
-  StoreUnavailableError, UnsupportedError, UsageError
+  BadRequestError, DaemonUnavailableError, errorFromWire
 } from '../errors.js'
-import { BadRequestError, MAX_REQUEST_BYTES, type ControlCallArgs, type ControlMethod, type ControlResponse, type ControlResults } from './control-protocol.js'
-
-const ERROR_CLASSES: Record<string, new (message: string) => LayerdError> = {
-  [NotFoundError.code]: NotFoundError,
-  [UsageError.code]: UsageError,
-  [BadInputError.code]: BadInputError,
-  [StoreUnavailableError.code]: StoreUnavailableError,
-  [CorruptObjectError.code]: CorruptObjectError,
-  [LimitExceededError.code]: LimitExceededError,
-  [UnsupportedError.code]: UnsupportedError,
-  [BadRequestError.code]: BadRequestError
-}
+import { MAX_REQUEST_BYTES, type ControlCallArgs, type ControlMethod, type ControlResponse, type ControlResults } from './control-protocol.js'
 
 export const CONNECT_TIMEOUT_MS = 2000
 
@@ -81,8 +69,7 @@ export class ControlClient {
       if (p === undefined) continue
       this.#pending.delete(res.id)
       if ('error' in res) {
-        const Cls = Object.hasOwn(ERROR_CLASSES, res.error.code) ? ERROR_CLASSES[res.error.code] : undefined
-        p.reject(Cls === undefined ? new LayerdError(res.error.code, res.error.message) : new Cls(res.error.message))
+        p.reject(errorFromWire(res.error.code, res.error.message))
       } else p.resolve(res.result)
     }
   }

@@ -29,7 +29,7 @@
  */
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { LayerdError } from '../errors.js'
+import { BadRequestError } from '../errors.js'
 import type { Digest } from '../format/digest.js'
 import type { OciImageConfig } from '../format/manifest.js'
 import type { ImageMountStats } from '../fs/image-mount.js'
@@ -42,11 +42,7 @@ export const MAX_REQUEST_BYTES = 1024 * 1024
 export const socketPath = (home: string): string => join(home, SOCKET_NAME)
 export const pidFilePath = (home: string): string => join(home, PID_FILE_NAME)
 
-/** A request the daemon could not take: its message names the method and the field. */
-export class BadRequestError extends LayerdError {
-  static readonly code = 'ERR_BAD_REQUEST'
-  constructor (message: string, options?: { cause?: unknown }) { super(BadRequestError.code, message, options) }
-}
+export { BadRequestError }
 
 /**
  * How one param is checked. `string`: a JSON string without NUL; `path`: such

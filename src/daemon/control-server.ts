@@ -20,7 +20,7 @@
  */
 import { chmod, rm } from 'node:fs/promises'
 import { createServer, type Server, type Socket } from 'node:net'
-import { LayerdError, UsageError } from '../errors.js'
+import { InternalError, LayerdError, UsageError } from '../errors.js'
 import {
   BadRequestError, MAX_REQUEST_BYTES, type ControlError, type ControlHandlers, type ControlRequest, type ControlResponse
 } from './control-protocol.js'
@@ -140,7 +140,7 @@ export class ControlServer {
       return JSON.stringify(r) + '\n'
     } catch (err) {
       this.#log(`control response ${String(r.id)} cannot be serialized: ${(err as Error).stack ?? String(err)}`)
-      return JSON.stringify(failure(r.id, new LayerdError('ERR_INTERNAL', `the answer cannot be serialized: ${(err as Error).message}`))) + '\n'
+      return JSON.stringify(failure(r.id, new InternalError(`the answer cannot be serialized: ${(err as Error).message}`))) + '\n'
     }
   }
 }

@@ -18,7 +18,7 @@
  */
 import { closeSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { LayerdError } from '../errors.js'
+import { AlreadyRunningError, InternalError } from '../errors.js'
 import { flock, LOCK_EX, LOCK_NB, LOCK_UN } from '../native.js'
 import { pidFilePath, readDaemonPid } from './control-protocol.js'
 
@@ -27,11 +27,7 @@ const LOCK_POLL_MS = 20
 
 export const lockFilePath = (home: string): string => join(home, LOCK_FILE_NAME)
 
-/** Another layerd holds the home's lock. */
-export class AlreadyRunningError extends LayerdError {
-  static readonly code = 'ERR_ALREADY_RUNNING'
-  constructor (message: string) { super(AlreadyRunningError.code, message) }
-}
+export { AlreadyRunningError }
 
 export class HomeLock {
   readonly home: string
@@ -71,7 +67,7 @@ export class HomeLock {
 
   /** Record this process as the home's daemon (`<home>/layerd.pid`, replaced whole). Sync; only while held. */
   writePidFile (): void {
-    if (this.#fd === undefined) throw new LayerdError('ERR_INTERNAL', `cannot write the pid file of ${this.home}: its lock is not held`)
+    if (this.#fd === undefined) throw new InternalError(`cannot write the pid file of ${this.home}: its lock is not held`)
     const path = pidFilePath(this.home)
     const tmp = `${path}.${process.pid}.tmp`
     writeFileSync(tmp, `${process.pid}\n`, { mode: 0o644 })

@@ -26,7 +26,8 @@ import { mergeLayers, type MergedTree } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { ChunkFetcher } from '../cache/chunk-fetcher.js'
-import { mountImage, type ImageMount } from '../fs/image-mount.js'
+import { fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
+import type { FuseBackend } from '../fs/fuse-binding.js'
 import { MNT_DETACH, MS_NODEV, MS_NOSUID, MS_RDONLY, nativeMounts } from '../native.js'
 import { BlobNeighbours } from './blob-neighbours.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
@@ -55,7 +56,9 @@ export class ImageStacks {
     private readonly sharedDir: string,
     private readonly log: (line: string) => void,
     /** Keeps the bases' FUSE connections across daemon restarts, and hands over kept ones. */
-    private readonly keeper?: ConnectionKeeper
+    private readonly keeper?: ConnectionKeeper,
+    /** Who serves the base mounts; default: the kernel backend when it can. */
+    private readonly fuseBackend?: FuseBackend
   ) {}
 
   /** The base of `layers` (decoded as `tocs`), mounted on first use; each call needs one release(). Async. */
@@ -109,7 +112,7 @@ export class ImageStacks {
       isCached: digest => this.cache.has(digest)
     })
     const tree = mergeLayers(tocs)
-    const mount = await mountImage({ mountpoint, tocs, tree, reader, log: this.log, ...(this.keeper === undefined ? {} : { keeper: this.keeper }) })
+    const mount = await mountImage({ mountpoint, tocs, tree, reader, log: this.log, ...(this.keeper === undefined ? {} : { keeper: this.keeper }), ...fuseOptions(this.fuseBackend) })
     return { key, mountpoint, tree, mount, reader }
   }
 }

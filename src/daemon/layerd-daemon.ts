@@ -18,7 +18,7 @@
  */
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { LayerdError } from '../errors.js'
+import { PullIncompleteError } from '../errors.js'
 import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import type { ExportTarget } from '../materialize/export-image.js'
@@ -29,7 +29,7 @@ import { expectedRejectionCount, expectRejections, unhandledRejectionCount } fro
 import {
   BadRequestError, socketPath, type ControlHandlers, type ControlParams, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
 } from './control-protocol.js'
-import { MountManager, allChunks } from './mount-manager.js'
+import { MountManager, allChunks, type MountOptions } from './mount-manager.js'
 import type { BlockViews } from './block-views.js'
 import { readDaemonMemory } from './memory-report.js'
 import { MemorySettler } from './memory-settler.js'
@@ -45,6 +45,8 @@ export interface DaemonConfig {
   /** Mount again what a killed daemon had mounted. */
   restoreMounts: boolean
   log: (line: string) => void
+  /** How images are mounted (stacks, FUSE backend): settings resolved by layerd/main.ts. */
+  mounts?: MountOptions
   /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
   lockWaitMs?: number
   /**
@@ -82,6 +84,9 @@ export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CA
 
 export { AlreadyRunningError }
 
+/** Under a holder, how long a new daemon waits for the one handing over to release the home's lock. */
+export const HANDOVER_LOCK_WAIT_MS = 30_000
+
 export class LayerdDaemon {
   readonly config: DaemonConfig
   #db: NodeDb | undefined
@@ -107,17 +112,22 @@ export class LayerdDaemon {
   async start (): Promise<void> {
     const { home, log } = this.config
     ensureHomeDir(home)
-    this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? 0)
+    const store = HeldConnections.storeFromEnv(log)
+    if (store?.kind === 'holder') {
+      // A planned restart starts this daemon while the old one still serves: say it has loaded, then wait for the old one to go.
+      try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
+    }
+    this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? (store?.kind === 'holder' ? HANDOVER_LOCK_WAIT_MS : 0))
     try {
       this.#lock.writePidFile()
       const started = performance.now()
-      this.#keeper = HeldConnections.open(home, log)
+      this.#keeper = store === undefined ? undefined : HeldConnections.open(home, store, log)
       this.#db = openNodeDb(home)
       expectRejections(isLmdbCommitEcho)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
       this.#stores = new StorePool(this.#cache, log)
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
-        sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
+        ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
       })
       const cache = this.#cache
       this.#settler = new MemorySettler({
@@ -238,7 +248,7 @@ export class LayerdDaemon {
       result.chunks = r.requested
       result.failed = r.failed
       result.fetchedBytes = fetcher.stats.fetchedBytes - before
-      if (r.failed > 0) throw new LayerdError('ERR_PULL_INCOMPLETE', `pull ${p.image}: ${r.failed} of ${r.requested} chunks could not be fetched from ${store.url} (see the layerd log)`)
+      if (r.failed > 0) throw new PullIncompleteError(`pull ${p.image}: ${r.failed} of ${r.requested} chunks could not be fetched from ${store.url} (see the layerd log)`)
     }
     return result
   }

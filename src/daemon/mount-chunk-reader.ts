@@ -33,7 +33,7 @@ export class MountChunkReader implements ChunkReader {
     this.#onPrefetchError = opts.onPrefetchError
     this.#neighbours = opts.neighbours
     this.#isCached = opts.isCached
-    this.#budget = neighbourBudget(storeName)
+    this.#budget = neighbourBudget(fetcher.remoteStore)
   }
 
   getCached (digest: string): Uint8Array | undefined {

@@ -30,7 +30,8 @@ import { resolveChunk, type ChunkRef } from '../format/toc.js'
 import { MANIFEST_MEDIA_TYPE } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
-import { mountImage, type ImageMount } from '../fs/image-mount.js'
+import { fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
+import type { FuseBackend } from '../fs/fuse-binding.js'
 import { lazyUnmount, mountedFsType } from '../fs/fuse-binding.js'
 import { loadImage, loadLayerTocs, type LoadedImage } from '../image/load-image.js'
 import { resolveRef } from '../image/refs.js'
@@ -49,6 +50,14 @@ import type { StoreLocation, StorePool } from './store-pool.js'
 import type { HeldConnections } from '../holder/connection-keeper.js'
 import { SharedImageRecords } from './shared-image-records.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
+
+/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_FUSE_BACKEND). */
+export interface MountOptions {
+  /** Images for sandboxes as stacks where they can be. Default true. */
+  stacks?: boolean
+  /** Who serves the FUSE mounts; default: the kernel backend when it can. */
+  fuseBackend?: FuseBackend
+}
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
 
@@ -78,18 +87,21 @@ export class MountManager {
   readonly #keeper: HeldConnections | undefined
   readonly #sharedRecords: SharedImageRecords
 
+  readonly #options: MountOptions
+
   /**
    * `sharedDir`: where images mounted for sandboxes live, one directory per
    * manifest; `sharedRecordsFile`: where they are recorded for a restarted
    * daemon; `keeper`: keeps FUSE connections across daemon restarts (none:
-   * mounts die with the daemon).
+   * mounts die with the daemon); stacks and FUSE backend: MountOptions.
    */
   constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string,
-    options: { keeper?: HeldConnections, sharedRecordsFile?: string } = {}) {
+    options: MountOptions & { keeper?: HeldConnections, sharedRecordsFile?: string } = {}) {
     this.#sharedDir = sharedDir
+    this.#options = options
     this.#keeper = options.keeper
     this.#sharedRecords = new SharedImageRecords(options.sharedRecordsFile ?? `${sharedDir}.json`, log)
-    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper)
+    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper, options.fuseBackend)
     this.#traces = new AccessTraces(db)
     this.#rows = new MountTable(db)
     this.#cache = cache
@@ -132,7 +144,7 @@ export class MountManager {
         isCached: digest => this.#cache.has(digest)
       })
       const mount = await mountImage({
-        mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
+        mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...fuseOptions(this.#options.fuseBackend)
       })
       const info: MountInfo = {
         mountpoint: mount.mountpoint, image: name, manifest: image.digest, store: store.url,
@@ -199,7 +211,7 @@ export class MountManager {
     const loaded = await this.#load(loc, req.image)
     const layers = loaded.manifest.layers.map(l => l.digest)
     const topPath = `${mountpoint}.top`
-    if (layers.length < 2 || process.env.LAYERD_STACKS === '0' || !overlaySafePath(topPath) || !overlaySafePath(this.#sharedDir)) return await this.mount(req, loaded)
+    if (layers.length < 2 || this.#options.stacks === false || !overlaySafePath(topPath) || !overlaySafePath(this.#sharedDir)) return await this.mount(req, loaded)
     const { store, fetcher } = this.#stores.get(loc)
     const base = await this.#stacks.acquireBase(layers.slice(0, -1), loaded.tocs.slice(0, -1), fetcher, store.url)
     const split = splitTopLayer(base.tree, loaded.tocs.at(-1)!)

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { constants as osConstants } from 'node:os'
-import { BadInputError, CorruptObjectError, NotFoundError, StoreUnavailableError, UnsupportedError } from '../errors.js'
+import { BadInputError, CacheIoError, CorruptObjectError, InternalError, NotFoundError, StoreUnavailableError, UnsupportedError, UsageError } from '../errors.js'
 import { ErrnoBoundary, LOG_BURST_LINES } from './errno-boundary.js'
 
 const E = osConstants.errno
@@ -34,6 +34,21 @@ t.test('ErrnoBoundary.errno() passes Node system errors through and turns anythi
   t.equal(b.errno('a string', 'open', '/x'), -E.EIO)
   t.equal(b.errno(null, 'open', '/x'), -E.EIO)
   t.match(lines.at(-3), /unexpected error: TypeError: bug/)
+})
+
+t.test('ErrnoBoundary.errno() names a cache failure as the cache\'s, access denied as itself, and logs a bug with its stacks', async t => {
+  const { b, lines } = boundary()
+  t.equal(b.errno(new CacheIoError('chunk cache /c cannot read: MDB_CORRUPTED'), 'read', '/f'), -E.EIO)
+  t.match(lines.at(-1), /EIO: read "\/f" on \/mnt\/img: the node's chunk cache failed: chunk cache \/c cannot read/)
+  t.notMatch(lines.at(-1), /store/)
+  t.equal(b.errno(new UsageError('cannot getRange blobs/x in store s3://b: access denied (AccessDenied 403)'), 'read', '/f'), -E.EIO)
+  t.match(lines.at(-1), /EIO: read "\/f" on \/mnt\/img: cannot getRange blobs\/x in store s3:\/\/b: access denied/)
+  t.notMatch(lines.at(-1), /unavailable|unexpected/)
+  const bug = new TypeError('cannot read properties of undefined')
+  t.equal(b.errno(new InternalError('cannot fetch chunk x: cannot read properties of undefined', { cause: bug }), 'read', '/f'), -E.EIO)
+  t.match(lines.at(-1), /unexpected error: InternalError: cannot fetch chunk x/)
+  t.match(lines.at(-1), /caused by: TypeError: cannot read properties of undefined\n\s+at /, "the bug's own stack is logged")
+  t.equal(b.counters.ioErrors, 3)
 })
 
 t.test('ErrnoBoundary.errno() rate-limits its log lines and survives a throwing logger', async t => {

@@ -7,8 +7,11 @@
  *   content the image names but the store lacks is EIO, logged.
  * - CorruptObjectError → EIO, counted, logged: the chunk was refused, never served.
  * - StoreUnavailableError → EIO, logged with the store and the chunk.
+ * - CacheIoError → EIO, logged as a failure of the node's cache (not the store's).
  * - A Node system error (`code` such as 'EACCES') → that errno.
- * - Anything else → EIO, logged.
+ * - Any other LayerdError (the store refused access: UsageError…) → EIO, logged.
+ * - Anything else, InternalError included, is a bug → EIO, logged with its
+ *   stack and its cause's.
  *
  * Values come from `os.constants.errno`, negated (the binding's convention).
  * Log lines are rate-limited so a dead store cannot flood the log.
@@ -16,7 +19,7 @@
  * May import: src/errors.ts, node built-ins.
  */
 import { constants as osConstants } from 'node:os'
-import { CorruptObjectError, NotFoundError, StoreUnavailableError, UnsupportedError, describeError } from '../errors.js'
+import { CacheIoError, CorruptObjectError, InternalError, LayerdError, NotFoundError, StoreUnavailableError, UnsupportedError, describeError } from '../errors.js'
 
 const ERRNO = osConstants.errno as Record<string, number>
 const { EIO, ENOENT, ENOTSUP } = osConstants.errno
@@ -87,6 +90,16 @@ export class ErrnoBoundary {
       this.#log(`ENOTSUP: ${where}: ${describeError(err)}`)
       return -ENOTSUP
     }
+    if (err instanceof CacheIoError) {
+      this.counters.ioErrors++
+      this.#log(`EIO: ${where}: the node's chunk cache failed: ${describeError(err)}`)
+      return -EIO
+    }
+    if (err instanceof LayerdError && !(err instanceof InternalError)) {
+      this.counters.ioErrors++
+      this.#log(`EIO: ${where}: ${describeError(err)}`)
+      return -EIO
+    }
     const code = (err as { code?: unknown } | null)?.code
     if (typeof code === 'string' && code.startsWith('E') && ERRNO[code] !== undefined) {
       const n = ERRNO[code]!
@@ -95,7 +108,7 @@ export class ErrnoBoundary {
       return -n
     }
     this.counters.ioErrors++
-    this.#log(`EIO: ${where}: unexpected error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`)
+    this.#log(`EIO: ${where}: unexpected error: ${withStacks(err)}`)
     return -EIO
   }
 
@@ -118,4 +131,14 @@ export class ErrnoBoundary {
   #emit (line: string): void {
     try { this.#options.log(line) } catch { /* a broken logger must not break the fs */ }
   }
+}
+
+/** An error's stack, then its causes' stacks: a bug's log line keeps where it happened. */
+function withStacks (err: unknown): string {
+  const parts: string[] = []
+  for (let e: unknown = err, depth = 0; e !== undefined && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    parts.push(e instanceof Error ? (e.stack ?? e.message) : String(e))
+    if (!(e instanceof Error)) break
+  }
+  return parts.join('\ncaused by: ')
 }

@@ -144,7 +144,7 @@ export interface FuseMountOptions {
   /**
    * Who serves the mount: 'kernel' (native/fuse_server.c, kernel-fuse.ts)
    * or 'fuse-native' (this module). Default: 'kernel' where it can
-   * (kernelFuseUnavailable), else 'fuse-native'; env LAYERD_FUSE_BACKEND
+   * (kernelFuseUnavailable), else 'fuse-native'; the setting LAYERD_FUSE_BACKEND
    * overrides the default.
    */
   backend?: FuseBackend

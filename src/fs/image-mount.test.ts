@@ -12,6 +12,10 @@ import { mountImage, type ImageMount, type MountImageOptions } from './image-mou
 import { MemoryChunkReader, type MemoryChunkReaderOptions } from './memory-chunk-reader.js'
 import { MemoryImage, patternBytes, type MemoryEntry } from './memory-image.js'
 
+/** image-mount-fuse-native.test.ts runs this suite again with LAYERD_FUSE_BACKEND=fuse-native; read here, as a composition root reads a setting. */
+const BACKEND = process.env.LAYERD_FUSE_BACKEND === 'fuse-native' ? 'fuse-native' as const : undefined
+const BACKEND_FUSE = BACKEND === undefined ? {} : { backend: BACKEND }
+
 const run = promisify(execFile)
 const CHUNK_64KIB = 64 * 1024
 const MTIME = 1_700_000_123
@@ -96,7 +100,7 @@ async function mountFixture (t: Test, opts: Partial<MemoryChunkReaderOptions> & 
   const dir = mountpointFor(t, () => mount?.unmount())
   const reader = new MemoryChunkReader({ store: opts.store ?? image.chunks, ...opts })
   const log: string[] = []
-  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader, log: l => log.push(l), fuse: opts.fuse })
+  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader, log: l => log.push(l), fuse: { ...BACKEND_FUSE, ...opts.fuse } })
   return { mount, dir, reader, files, image, log }
 }
 
@@ -118,6 +122,7 @@ async function isMounted (dir: string): Promise<boolean> {
 t.test('mountImage() serves every entry kind of the merged image to real syscalls', async t => {
   const { dir, files, mount } = await mountFixture(t)
   t.ok(await isMounted(dir), 'listed in mountinfo')
+  t.equal(mount.backend, BACKEND ?? 'kernel', 'served by the backend this run is for')
   t.same(await readdir(dir), ['abs-link', 'big', 'bin', 'dev', 'empty', 'etc', 'hard1', 'hard2', LONG_NAME, 'olddir', 'rel-link', 'small', 'suid', UNICODE_NAME, 'xattr-file'].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))),
     'root listing: whiteout hides "gone"')
   t.same(await readdir(join(dir, 'olddir')), ['new'], 'opaque dir hides lower children')
@@ -286,7 +291,7 @@ t.test('mountImage() cleans a stale mount left by a killed daemon, and refuses a
     const { MemoryChunkReader } = await import(${JSON.stringify(new URL('./memory-chunk-reader.js', import.meta.url).href)})
     const image = new MemoryImage()
     image.addLayer([{ path: 'f', type: 'file', content: Buffer.from('x') }], { chunkSize: 4096 })
-    await mountImage({ mountpoint: process.argv[1], tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: () => {} })
+    await mountImage({ mountpoint: process.argv[1], tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: () => {}, fuse: ${JSON.stringify(BACKEND_FUSE)} })
     process.stdout.write('mounted\\n')
     setInterval(() => {}, 1000)`
   const child = spawn(process.execPath, ['--input-type=module', '-e', helper, dir], { stdio: ['ignore', 'pipe', 'inherit'] })
@@ -302,7 +307,7 @@ t.test('mountImage() cleans a stale mount left by a killed daemon, and refuses a
   await t.rejects(readdir(dir), { code: 'ENOTCONN' }, 'a dead daemon fails fast')
   const { image, files } = buildImage()
   const log: string[] = []
-  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: l => log.push(l) })
+  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: l => log.push(l), fuse: BACKEND_FUSE })
   t.match(log.join('\n'), /cleaning a stale FUSE mount \(ENOTCONN\)/)
   t.same(await readFile(join(dir, 'etc/passwd')), files.get('etc/passwd'))
   t.equal((await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter(l => l.split(' ')[4] === dir).length, 1, 'one mount there, not two')
@@ -319,7 +324,7 @@ t.test('mountImage() lets other uids in (allow_other) and the kernel checks mode
   ], { chunkSize: 4096 })
   let mount: ImageMount | undefined
   const dir = mountpointFor(t, () => mount?.unmount())
-  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: () => {} })
+  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: () => {}, fuse: BACKEND_FUSE })
   const asNobody = async (...args: string[]): Promise<{ code: number, stdout: string, stderr: string }> =>
     await sh('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', ...args])
   t.equal((await asNobody('cat', join(dir, 'public'))).stdout, 'for everyone')
@@ -334,7 +339,7 @@ t.test('mountImage() of an image without xattrs answers them as not supported, s
   image.addLayer([{ path: 'f', type: 'file', content: Buffer.from('x') }], { chunkSize: 4096 })
   let mount: ImageMount | undefined
   const dir = mountpointFor(t, () => mount?.unmount())
-  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: () => {} })
+  mount = await mountImage({ mountpoint: dir, tocs: image.tocs, reader: new MemoryChunkReader({ store: image.chunks }), log: () => {}, fuse: BACKEND_FUSE })
   t.match((await sh('getfattr', ['-n', 'user.a', join(dir, 'f')])).stderr, /Operation not supported/)
   t.equal((await sh('ls', ['-l', join(dir, 'f')])).code, 0, 'ls -l still works')
   t.same(await readFile(join(dir, 'f')), Buffer.from('x'))

@@ -160,16 +160,27 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   }
 }
 
+/** The mountImage() options that choose `backend` (undefined: the default). Sync. */
+export function fuseOptions (backend: FuseBackend | undefined): { fuse?: { backend: FuseBackend } } {
+  return backend === undefined ? {} : { fuse: { backend } }
+}
+
 /**
- * The backend for `options`: the one asked for (option, else env
- * LAYERD_FUSE_BACKEND), else 'kernel' when it can serve these options.
- * Sync. Throws UsageError for an unknown name; an explicit 'kernel' that
- * cannot run here fails in mountKernelFuse, with the reason.
+ * A FUSE backend's name (a setting: LAYERD_FUSE_BACKEND), checked. Sync.
+ * Throws UsageError naming the value for anything but 'kernel' and 'fuse-native'.
+ */
+export function parseFuseBackend (name: string): FuseBackend {
+  if (name === 'kernel' || name === 'fuse-native') return name
+  throw new UsageError(`FUSE backend ${JSON.stringify(name)} is not 'kernel' or 'fuse-native' (LAYERD_FUSE_BACKEND)`)
+}
+
+/**
+ * The backend for `options`: the one asked for, else 'kernel' when it can
+ * serve these options. Sync. Throws UsageError for an unknown name; an
+ * explicit 'kernel' that cannot run here fails in mountKernelFuse, with the reason.
  */
 export function chooseBackend (options: FuseMountOptions): FuseBackend {
-  const asked = options.backend ?? process.env.LAYERD_FUSE_BACKEND
-  if (asked === 'kernel' || asked === 'fuse-native') return asked
-  if (asked !== undefined && asked !== '') throw new UsageError(`FUSE backend ${JSON.stringify(asked)} is not 'kernel' or 'fuse-native' (LAYERD_FUSE_BACKEND)`)
+  if (options.backend !== undefined) return parseFuseBackend(options.backend)
   return kernelFuseUnavailable(options) === undefined ? 'kernel' : 'fuse-native'
 }
 

@@ -43,16 +43,20 @@ export class HeldConnections implements ConnectionKeeper {
   #storeFailed = false
 
   /**
-   * The keeper of the store this process was started under, with what an
-   * earlier daemon kept; undefined when there is no store (a daemon started
-   * by hand or by a test: its mounts die with it). Sync; never throws (a
-   * store that cannot list is logged, and nothing is taken over).
+   * The keeper over `store`, with what an earlier daemon kept. Call with the
+   * home's lock held (no other daemon changes the store). Sync; never
+   * throws (a store that cannot list is logged, and nothing is taken over).
    */
-  static open (home: string, log: (line: string) => void): HeldConnections | undefined {
-    let store: FdStore | undefined
-    try { store = fdStoreFromEnv() } catch (err) { log(`FUSE connections will not survive this daemon: ${describeError(err)}`); return undefined }
-    if (store === undefined) return undefined
+  static open (home: string, store: FdStore, log: (line: string) => void): HeldConnections {
     return new HeldConnections(store, join(home, CONNECTIONS_FILE), log)
+  }
+
+  /**
+   * The fd store this process was started under (fd-stores.ts), or
+   * undefined (none, or a malformed one: logged). Sync; never throws.
+   */
+  static storeFromEnv (log: (line: string) => void): FdStore | undefined {
+    try { return fdStoreFromEnv() } catch (err) { log(`FUSE connections will not survive this daemon: ${describeError(err)}`); return undefined }
   }
 
   constructor (store: FdStore, file: string, log: (line: string) => void) {

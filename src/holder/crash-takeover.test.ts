@@ -14,7 +14,7 @@ const KILLS = 10
 const dir = t.testdir()
 
 t.test('SIGKILLing layerd 10 times mid-read: zero read errors, zero wrong bytes, a new daemon each time', async t => {
-  const r = await readThroughDisruptions(t, dir, KILLS, 120, async (_round, node) => { await node.layerd.killDaemon() })
+  const r = await readThroughDisruptions(t, dir, KILLS, 300, async (_round, node) => { await node.layerd.killDaemon(); return undefined })
   assertNothingNoticed(t, r, KILLS)
   const log = await import('node:fs/promises').then(fs => fs.readFile(`${r.node.home}/layerd.log`, 'utf8'))
   t.equal(log.match(/was killed by SIGKILL; starting a new one/g)?.length, KILLS, 'the holder restarted layerd after each kill')

@@ -7,6 +7,8 @@
  *   → { op: 'put', name } + [fd]   keep this fd under `name` (replacing one kept there)   ← { op: 'ok' }
  *   → { op: 'drop', name }          close the fd kept under `name`                          ← { op: 'ok' }
  *   → { op: 'list' }                every kept fd: one { op: 'fd', name } + [fd] each,      ← … { op: 'end', count }
+ *   → { op: 'standby' }             layerd has loaded and waits for the home's lock        ← { op: 'ok' }
+ *                                   (a planned restart then tells the old layerd to hand over)
  *   → { op: 'ready' }               layerd serves (resets the holder's restart backoff)    ← { op: 'ok' }
  *   any failure                                                                            ← { op: 'error', message }
  *
@@ -25,6 +27,7 @@ export type HolderRequest =
   | { op: 'put', name: string }
   | { op: 'drop', name: string }
   | { op: 'list' }
+  | { op: 'standby' }
   | { op: 'ready' }
 
 export type HolderReply =
@@ -50,7 +53,7 @@ export function decodeRequest (data: Buffer): HolderRequest | string {
   try { m = JSON.parse(data.toString('utf8')) } catch { return 'not JSON' }
   if (typeof m !== 'object' || m === null || Array.isArray(m)) return 'not an object'
   const { op, name } = m as { op?: unknown, name?: unknown }
-  if (op === 'list' || op === 'ready') return { op }
+  if (op === 'list' || op === 'ready' || op === 'standby') return { op }
   if (op === 'put' || op === 'drop') return validFdName(name) ? { op, name } : `bad fd name ${JSON.stringify(name)}`
   return `unknown op ${JSON.stringify(op)}`
 }

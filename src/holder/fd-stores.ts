@@ -8,15 +8,11 @@
  * May import: src/errors.ts, src/native.ts, ./fd-store-protocol.ts.
  */
 import { closeSync } from 'node:fs'
-import { LayerdError, describeError } from '../errors.js'
+import { FdStoreError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
 import { HOLDER_FD_ENV, MAX_MESSAGE_BYTES, decodeReply, encodeMessage, type HolderReply, type HolderRequest } from './fd-store-protocol.js'
 
-/** The holder or systemd cannot take a request (gone, or refused it). */
-export class FdStoreError extends LayerdError {
-  static readonly code = 'ERR_FD_STORE'
-  constructor (message: string, options?: ErrorOptions) { super(FdStoreError.code, message, options) }
-}
+export { FdStoreError }
 
 export interface FdStore {
   /** 'holder' or 'systemd', for messages and `layerctl daemon status`. */
@@ -27,6 +23,8 @@ export interface FdStore {
   put: (name: string, fd: number) => void
   /** Stop keeping the fd named `name`. Sync; throws FdStoreError. */
   drop: (name: string) => void
+  /** This daemon has loaded its code and waits for the home's lock (a planned restart's new daemon). Sync; throws FdStoreError. */
+  standby: () => void
   /** This daemon serves: the holder resets its restart backoff, systemd marks the unit started. Sync; throws FdStoreError. */
   ready: () => void
 }
@@ -64,6 +62,7 @@ export class HolderFdStore implements FdStore {
 
   put (name: string, fd: number): void { this.#call({ op: 'put', name }, [fd]) }
   drop (name: string): void { this.#call({ op: 'drop', name }, []) }
+  standby (): void { this.#call({ op: 'standby' }, []) }
   ready (): void { this.#call({ op: 'ready' }, []) }
 
   #call (request: HolderRequest, fds: number[]): void {
@@ -135,6 +134,8 @@ export class SystemdFdStore implements FdStore {
 
   put (name: string, fd: number): void { this.#notify(`FDSTORE=1\nFDNAME=${name}`, [fd]) }
   drop (name: string): void { this.#notify(`FDSTOREREMOVE=1\nFDNAME=${name}`, []) }
+  /** systemd starts one daemon at a time: nothing to say. */
+  standby (): void {}
   ready (): void { this.#notify(`READY=1\nMAINPID=${process.pid}`, []) }
 
   #notify (message: string, fds: number[]): void {

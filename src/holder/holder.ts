@@ -9,9 +9,11 @@
  *     second or more, else with a backoff (250 ms doubling to 30 s), and
  *     hands the kept fds to the new layerd;
  *   - answers `status` and `restart` on `<home>/holder.sock` (JSON lines):
- *     a planned restart asks layerd to hand over (SIGUSR2: it exits without
- *     unmounting), then starts layerd from the entry given (new code from
- *     disk) and answers once the new one serves;
+ *     a planned restart starts a new layerd from the entry given (new code
+ *     from disk) while the old one serves; once the new one has loaded and
+ *     waits for the home's lock ('standby'), the old one is asked to hand
+ *     over (SIGUSR2: it exits without unmounting, releasing the lock), and
+ *     the new one takes every connection; the answer comes once it serves;
  *   - stops when layerd stops cleanly (exit 0: it unmounted everything) or
  *     refuses to start (usage, already running).
  * `<home>/holder.pid` names the holder; `<home>/layerd.pid` keeps naming layerd.
@@ -23,7 +25,7 @@ import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
 import { chmod, rm } from 'node:fs/promises'
 import { createServer, type Server, type Socket } from 'node:net'
 import { join } from 'node:path'
-import { LayerdError, describeError } from '../errors.js'
+import { HolderError, LayerdError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
 import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 
@@ -40,10 +42,7 @@ export const RESTART_TIMEOUT_MS = 30_000
 /** The holder's own exit codes. */
 export const HOLDER_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3 } as const
 
-export class HolderError extends LayerdError {
-  static readonly code = 'ERR_HOLDER'
-  constructor (message: string, options?: ErrorOptions) { super(HolderError.code, message, options) }
-}
+export { HolderError }
 
 export interface HolderOptions {
   home: string
@@ -87,7 +86,9 @@ export class Holder {
   #failures = 0
   #stopping = false
   #planned: { oldPid: number | null, started: number } | undefined
-  #readyWaiters: Array<(g: Generation) => void> = []
+  /** A planned restart's new layerd, until it serves. */
+  #next: Generation | undefined
+  #readyWaiters: Array<{ resolve: (g: Generation) => void, reject: (err: Error) => void }> = []
   #done!: (code: number) => void
   readonly finished: Promise<number>
 
@@ -138,9 +139,10 @@ export class Holder {
     this.#planned = { oldPid: g.child.pid ?? null, started }
     const ready = new Promise<Generation>((resolve, reject) => {
       const timer = setTimeout(() => reject(new HolderError(`the new layerd did not serve within ${RESTART_TIMEOUT_MS} ms; see ${join(this.#opts.home, 'layerd.log')}`)), RESTART_TIMEOUT_MS)
-      this.#readyWaiters.push(next => { clearTimeout(timer); resolve(next) })
+      this.#readyWaiters.push({ resolve: next => { clearTimeout(timer); resolve(next) }, reject: err => { clearTimeout(timer); reject(err) } })
     })
-    g.child.kill('SIGUSR2')
+    // The new one loads while the old one serves; the old one hands over once the new one waits for the lock (#answer 'standby').
+    this.#next = this.#spawn(false)
     try {
       const next = await ready
       return { oldPid: this.#planned.oldPid, newPid: next.child.pid!, ms: Math.round(performance.now() - started) }
@@ -153,6 +155,7 @@ export class Holder {
   async stop (): Promise<number> {
     if (!this.#stopping) {
       this.#stopping = true
+      this.#next?.child.kill('SIGTERM') // a planned restart's new layerd: still waiting for the lock, it holds nothing
       const child = this.#current?.child
       if (child !== undefined && child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
       else this.#finish(HOLDER_EXIT.OK)
@@ -160,7 +163,8 @@ export class Holder {
     return await this.finished
   }
 
-  #spawn (): void {
+  /** Start a layerd; `current`: it serves now (else it is a planned restart's next one). */
+  #spawn (current = true): Generation {
     const [mine, theirs] = this.#native.fdSocketPair()
     let child: ChildProcess
     try {
@@ -173,16 +177,31 @@ export class Holder {
       closeSync(theirs)
     }
     const g: Generation = { child, sock: mine, startedAt: performance.now() }
-    this.#current = g
-    this.#opts.log(`holder ${process.pid}: started layerd ${child.pid ?? '?'} (${this.#entry})`)
+    if (current) this.#current = g
+    this.#opts.log(`holder ${process.pid}: started layerd ${child.pid ?? '?'} (${this.#entry})${current ? '' : ' to take over from the running one'}`)
     child.on('error', err => this.#opts.log(`holder: cannot start layerd: ${describeError(err)}`))
     child.on('exit', (code, signal) => this.#exited(g, code, signal))
     this.#serveFdStore(g)
+    return g
   }
 
   #exited (g: Generation, code: number | null, signal: NodeJS.Signals | null): void {
-    if (this.#current === g) this.#current = undefined
     const how = signal !== null ? `was killed by ${signal}` : `exited with code ${code ?? '?'}`
+    if (this.#next === g) {
+      // A planned restart's new layerd died before serving: the restart fails; the old one serves on, or is restarted below.
+      this.#next = undefined
+      for (const w of this.#readyWaiters.splice(0)) w.reject(new HolderError(`the new layerd ${g.child.pid ?? '?'} ${how} before serving; see ${join(this.#opts.home, 'layerd.log')}`))
+      if (this.#current !== undefined || this.#stopping) { this.#opts.log(`holder: the new layerd ${g.child.pid ?? '?'} ${how} before serving`); return }
+    } else if (this.#current === g) {
+      this.#current = undefined
+      if (this.#next !== undefined) {
+        this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how} (handover); layerd ${this.#next.child.pid ?? '?'} takes over; ${this.#fds.size} connection(s) kept`)
+        return
+      }
+    } else {
+      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}`)
+      return
+    }
     if (this.#stopping || (code !== null && DAEMON_EXIT_FINAL.has(code) && this.#planned === undefined)) {
       this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}; the holder stops`)
       this.#finish(this.#stopping ? HOLDER_EXIT.OK : code ?? HOLDER_EXIT.FAILURE)
@@ -246,11 +265,19 @@ export class Holder {
         for (const [name, fd] of this.#fds) reply({ op: 'fd', name }, [fd])
         reply({ op: 'end', count: this.#fds.size })
         return
+      case 'standby':
+        reply({ op: 'ok' })
+        if (g === this.#next) this.#current?.child.kill('SIGUSR2')
+        return
       case 'ready':
         g.readyAt = performance.now()
         reply({ op: 'ok' })
         this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} serves, ${Math.round(g.readyAt - g.startedAt)} ms after its start`)
-        for (const w of this.#readyWaiters.splice(0)) w(g)
+        if (g === this.#next) {
+          this.#next = undefined
+          this.#current = g
+          for (const w of this.#readyWaiters.splice(0)) w.resolve(g)
+        }
     }
   }
 

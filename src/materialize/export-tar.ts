@@ -9,8 +9,8 @@
  *
  * May import: src/errors.ts, src/format/, this folder.
  */
-import { createWriteStream } from 'node:fs'
-import { rename, rm } from 'node:fs/promises'
+import { open, rename, rm } from 'node:fs/promises'
+import { UsageError } from '../errors.js'
 import { dirname, basename, join } from 'node:path'
 import { once } from 'node:events'
 import type { Writable } from 'node:stream'
@@ -61,11 +61,22 @@ export async function writeTar (items: readonly WalkItem[], pipeline: ContentPip
 /** Write the tar to `file` atomically (temp file + rename). Async. */
 export async function writeTarFile (items: readonly WalkItem[], pipeline: ContentPipeline, file: string): Promise<void> {
   const tmp = join(dirname(file), `.${basename(file)}.tmp-${process.pid}-${Date.now()}`)
-  const out = createWriteStream(tmp, { flags: 'wx', mode: 0o644 })
+  // Opened before streaming, so a missing or unwritable directory is a rejection naming the file, and
+  // never an 'error' event that nobody listens to (which ended the daemon: found by the control fuzz).
+  let handle
+  try {
+    handle = await open(tmp, 'wx', 0o644)
+  } catch (err) {
+    throw new UsageError(`cannot export to ${file}: ${(err as Error).message}`, { cause: err })
+  }
+  const out = handle.createWriteStream()
+  let failure: Error | undefined
+  out.on('error', err => { failure ??= err })
   try {
     await writeTar(items, pipeline, out)
     out.end()
     await once(out, 'close')
+    if (failure !== undefined) throw new UsageError(`cannot export to ${file}: ${failure.message}`, { cause: failure })
     await rename(tmp, file)
   } catch (err) {
     out.destroy()

@@ -4,11 +4,11 @@
  * sandboxes whose owner is gone. Idempotent: every step tolerates what an
  * earlier, interrupted cleanup already removed.
  *
- * May import: src/errors.ts, src/state/, this folder.
+ * May import: src/errors.ts, src/host/, src/state/, this folder.
  */
-import { spawn } from 'node:child_process'
 import { readdir, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
+import { collectHost } from '../host/host-command.js'
 import { OciRuntime } from './container/oci-runtime.js'
 import { removeSandboxOverlay } from './overlay/sandbox-overlay.js'
 import { SandboxCgroup } from './process/sandbox-cgroup.js'
@@ -33,17 +33,19 @@ export async function cleanupSandbox (r: SandboxRecord): Promise<void> {
 }
 
 /**
- * Remove every sandbox whose owning process is gone and that was not kept,
- * and its record; returns how many. Async; never throws (a sandbox that
- * cannot be removed is logged and left for the next sweep).
+ * The one orphan sweep (layerd's start and `layerctl gc --sandboxes`):
+ * remove every sandbox whose owning process is gone and that was not kept,
+ * and its record. Async; never throws: a sandbox that cannot be removed is
+ * logged, counted in `failed` and left for the next sweep.
  */
-export async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<number> {
+export async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<{ removed: string[], failed: number }> {
   const registry = new SandboxRegistry(db)
-  let removed = 0
+  const removed: string[] = []
+  let failed = 0
   for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
-    try { await cleanupSandbox(r); registry.remove(r.id); removed++ } catch (err) { log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
+    try { await cleanupSandbox(r); registry.remove(r.id); removed.push(r.id) } catch (err) { failed++; log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
   }
-  return removed
+  return { removed, failed }
 }
 
 /** VM drivers record their hypervisor's pid in `<stateDir>/*.pid`. */
@@ -55,9 +57,5 @@ async function killPidFiles (stateDir: string): Promise<void> {
 }
 
 async function runQuietly (argv: string[]): Promise<void> {
-  await new Promise<void>(resolve => {
-    const child = spawn(argv[0]!, argv.slice(1), { stdio: 'ignore' })
-    child.on('error', () => resolve())
-    child.on('close', () => resolve())
-  })
+  await collectHost(argv[0]!, argv.slice(1)).catch(() => {})
 }

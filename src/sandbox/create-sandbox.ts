@@ -28,7 +28,7 @@ export interface CreateSandboxOptions extends DriverOptions {
   image: string
   tier: Tier
   limits?: Partial<SandboxLimits>
-  /** Node and store; default from LAYERD_HOME / LAYERD_STORE / LAYERD_S3_ENDPOINT. */
+  /** Node and store; default from LAYERD_HOME / LAYERD_STORE / LAYERD_S3_ENDPOINT (and `vm` from LAYERD_VM_*: src/state/settings.ts). */
   home?: string
   store?: string
   s3Endpoint?: string
@@ -54,7 +54,7 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     ...(opts.store === undefined ? {} : { store: opts.store }),
     ...(opts.s3Endpoint === undefined ? {} : { 's3-endpoint': opts.s3Endpoint })
   })
-  const driver = driverFor(opts.tier, opts)
+  const driver = driverFor(opts.tier, { ...opts, vm: opts.vm ?? settings.vm })
   const why = await driver.unavailableReason()
   if (why !== undefined) throw new UnsupportedError(`cannot create a ${opts.tier} sandbox: ${why}`)
   const daemon = await connectDaemon({ home: settings.home })

@@ -12,7 +12,7 @@
  * May import: src/errors.ts, @grpc/grpc-js, this folder.
  */
 import * as grpc from '@grpc/grpc-js'
-import { DaemonUnavailableError, LayerdError, NotFoundError } from '../errors.js'
+import { ContainerdError, DaemonUnavailableError, LayerdError, NotFoundError } from '../errors.js'
 import { containerdService, type ContainerdService } from './containerd-protos.js'
 import { AlreadyExistsError } from './snapshot-errors.js'
 
@@ -54,7 +54,7 @@ export class ContainerdClient {
     if (err.code === grpc.status.NOT_FOUND) return new NotFoundError(what, { cause: err })
     if (err.code === grpc.status.ALREADY_EXISTS) return new AlreadyExistsError(what, { cause: err })
     if (err.code === grpc.status.UNAVAILABLE) return new DaemonUnavailableError(`containerd does not answer at ${this.address}: ${err.details || err.message}`, { cause: err })
-    return new LayerdError('ERR_CONTAINERD', what, { cause: err })
+    return new ContainerdError(what, { cause: err })
   }
 
   /** One unary call. Async; throws as described in the module doc. */
@@ -96,7 +96,7 @@ export class ContainerdClient {
           if (r.action === 'COMMIT') { answered = true; stream.end() }
         })
         stream.on('error', (err: grpc.ServiceError) => reject(this.#fail('content', 'Write', err)))
-        stream.on('end', () => { answered ? resolve() : reject(new LayerdError('ERR_CONTAINERD', `containerd content.Write of ${digest} at ${this.address} ended without a commit`)) })
+        stream.on('end', () => { answered ? resolve() : reject(new ContainerdError(`containerd content.Write of ${digest} at ${this.address} ended without a commit`)) })
         stream.write({ action: 'COMMIT', ref: `layerctl-${digest}`, total: bytes.length, expected: digest, offset: 0, data: bytes, labels })
       })
     } catch (err) {

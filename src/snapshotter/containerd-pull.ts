@@ -19,7 +19,7 @@
  * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), this folder.
  */
 import { randomBytes } from 'node:crypto'
-import { LayerdError, NotFoundError } from '../errors.js'
+import { NotFoundError, NotRemoteError } from '../errors.js'
 import type { Digest } from '../format/digest.js'
 import { getManifest } from '../image/metadata-objects.js'
 import { resolveRef } from '../image/refs.js'
@@ -127,7 +127,7 @@ async function prepareRemote (client: ContainerdClient, snapshotter: string, cha
     throw err
   }
   await client.call('snapshots', 'Remove', { snapshotter, key }).catch(() => {})
-  throw new LayerdError('ERR_NOT_REMOTE', fromRegistry
+  throw new NotRemoteError(fromRegistry
     ? `${what}: layerd's store does not hold this layer (no layer-by-blob entry for it: \`layerctl push\` the image first), so it cannot be served lazily; \`ctr image pull --snapshotter ${snapshotter}\` pulls it the ordinary way`
     : `${what}: the ${snapshotter} snapshotter did not serve it from layerd's store (is layerd running for this store, and is containerd's proxy plugin "${snapshotter}" its snapshotter.sock?); nothing to download it from`)
 }

@@ -1,17 +1,48 @@
 /**
- * Where things are, from flags and environment, resolved once:
- * `--home DIR` / LAYERD_HOME (node-local state), `--store URL` /
- * LAYERD_STORE (default: the embedded file store under home), and
- * `--s3-endpoint URL` / LAYERD_S3_ENDPOINT.
+ * The node's settings, from flags and environment, resolved once at a
+ * composition root (layerd/main.ts, src/cli/main.ts, the library API's
+ * createSandbox) and passed down: nothing below reads `process.env` for
+ * them.
+ *
+ * | setting | flag | environment |
+ * |---|---|---|
+ * | home (node-local state) | `--home DIR` | LAYERD_HOME |
+ * | store (default: the embedded file store under home) | `--store URL` | LAYERD_STORE |
+ * | S3 endpoint | `--s3-endpoint URL` | LAYERD_S3_ENDPOINT |
+ * | cache cap of a daemon started on demand | `layerd --cache-size` | LAYERD_CACHE_SIZE |
+ * | image stacks (0: one merged mount per image) | | LAYERD_STACKS |
+ * | FUSE backend (kernel, fuse-native) | | LAYERD_FUSE_BACKEND |
+ * | guest kernel, its modules, where to look for one | | LAYERD_VM_KERNEL, LAYERD_VM_MODULES, LAYERD_VM_KERNEL_DIR |
+ * | VM accelerator (auto, kvm, tcg) | | LAYERD_VM_ACCEL |
+ *
+ * May import: nothing from the project.
  */
 import { homedir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { pathToFileURL } from 'node:url'
 
+/** Where the VM tiers find their kernel and how they run it. Values are checked where they are used. */
+export interface VmSettings {
+  /** A guest kernel (vmlinuz), and its `lib/modules/<release>` directory. */
+  kernel?: string
+  modules?: string
+  /** A directory searched first for unpacked `linux-image-*` packages. */
+  kernelDir?: string
+  /** 'auto', 'kvm' or 'tcg'. */
+  accel?: string
+}
+
 export interface Settings {
   home: string
   store: string
   s3Endpoint?: string
+  /** The cache cap (e.g. 20G, unlimited) a daemon is started with; undefined: layerd's default. */
+  cacheSize?: string
+  /** Images for sandboxes as stacks (a shared base mount, the top layer, an overlay). Default true. */
+  stacks: boolean
+  /** 'kernel' or 'fuse-native'; undefined: the kernel backend when it can serve. */
+  fuseBackend?: string
+  vm: VmSettings
 }
 
 export interface SettingFlags { home?: string, store?: string, 's3-endpoint'?: string }
@@ -21,9 +52,26 @@ export function defaultHome (): string {
   return process.getuid?.() === 0 ? '/var/lib/layerd' : join(homedir(), '.layerd')
 }
 
+/** The settings from `flags`, then `env`, then defaults. Sync; never throws. */
 export function resolveSettings (flags: SettingFlags, env: NodeJS.ProcessEnv = process.env): Settings {
+  const given = (name: string): string | undefined => env[name] === undefined || env[name] === '' ? undefined : env[name]
   const home = resolve(flags.home ?? env.LAYERD_HOME ?? defaultHome())
   const store = flags.store ?? env.LAYERD_STORE ?? pathToFileURL(join(home, 'store')).href
   const s3Endpoint = flags['s3-endpoint'] ?? env.LAYERD_S3_ENDPOINT
-  return { home, store, ...(s3Endpoint === undefined || s3Endpoint === '' ? {} : { s3Endpoint }) }
+  const vm: VmSettings = {}
+  for (const [key, name] of [['kernel', 'LAYERD_VM_KERNEL'], ['modules', 'LAYERD_VM_MODULES'], ['kernelDir', 'LAYERD_VM_KERNEL_DIR'], ['accel', 'LAYERD_VM_ACCEL']] as const) {
+    const v = given(name)
+    if (v !== undefined) vm[key] = v
+  }
+  const cacheSize = given('LAYERD_CACHE_SIZE')
+  const fuseBackend = given('LAYERD_FUSE_BACKEND')
+  return {
+    home,
+    store,
+    ...(s3Endpoint === undefined || s3Endpoint === '' ? {} : { s3Endpoint }),
+    ...(cacheSize === undefined ? {} : { cacheSize }),
+    stacks: env.LAYERD_STACKS !== '0',
+    ...(fuseBackend === undefined ? {} : { fuseBackend }),
+    vm
+  }
 }

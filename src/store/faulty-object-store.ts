@@ -66,6 +66,7 @@ const zeroCounters = (): StoreCounters => ({
 
 export class FaultyObjectStore implements ObjectStore {
   readonly url: string
+  readonly remote: boolean
   readonly inner: ObjectStore
   counters: StoreCounters = zeroCounters()
   /** Keys of successful puts, in order (repeats included). */
@@ -77,6 +78,7 @@ export class FaultyObjectStore implements ObjectStore {
   constructor (inner: ObjectStore, options: { rules?: FaultRule[], latencyMs?: number } = {}) {
     this.inner = inner
     this.url = inner.url
+    this.remote = inner.remote === true
     this.latencyMs = options.latencyMs ?? 0
     for (const rule of options.rules ?? []) this.addFault(rule)
   }

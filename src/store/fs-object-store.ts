@@ -76,6 +76,7 @@ export function classifyFsError (err: unknown, op: FsStoreOp, key: string, store
 
 export class FsObjectStore implements ObjectStore {
   readonly url: string
+  readonly remote = false
   /** Absolute path of the store's directory. */
   readonly root: string
   readonly #handles: FileHandleCache

@@ -16,6 +16,7 @@ let nextStoreId = 1
 
 export class MemoryObjectStore implements ObjectStore {
   readonly url: string
+  readonly remote = false
   readonly #objects = new Map<string, Buffer>()
   readonly #modified = new Map<string, Date>()
   #closed = false

@@ -35,6 +35,13 @@ export interface ObjectStore {
   readonly url: string
 
   /**
+   * A capability: true when a read costs a network round trip (S3), so
+   * readers should ask for more per request (blob-neighbour readahead);
+   * absent or false for a local store. Decorators report their inner store's.
+   */
+  readonly remote?: boolean
+
+  /**
    * The whole object. Async. The returned buffer is owned by the caller.
    * Throws NotFoundError when the key does not exist, StoreUnavailableError
    * when the store cannot be reached or fails.

@@ -47,6 +47,7 @@ export const DEFAULT_RETRY_OPTIONS = {
 
 export class RetryingObjectStore implements ObjectStore {
   readonly url: string
+  readonly remote: boolean
   /** The store below; calls to it are not retried. */
   readonly inner: ObjectStore
   readonly #options: Required<Omit<RetryOptions, 'onRetry'>> & Pick<RetryOptions, 'onRetry'>
@@ -54,6 +55,7 @@ export class RetryingObjectStore implements ObjectStore {
   constructor (inner: ObjectStore, options: RetryOptions = {}) {
     this.inner = inner
     this.url = inner.url
+    this.remote = inner.remote === true
     this.#options = {
       maxAttempts: Math.max(1, options.maxAttempts ?? DEFAULT_RETRY_OPTIONS.maxAttempts),
       baseDelayMs: options.baseDelayMs ?? DEFAULT_RETRY_OPTIONS.baseDelayMs,

@@ -50,6 +50,8 @@ export interface S3ObjectStoreOptions {
 
 export class S3ObjectStore implements ObjectStore {
   readonly url: string
+  /** Every range GET is a round trip. */
+  readonly remote = true
   readonly bucket: string
   readonly #keyPrefix: string
   readonly #config: S3ClientConfig

@@ -27,9 +27,9 @@ export const gcCommand: Command = {
       case 'store': return await gcStoreCommand(ctx, values)
       case 'node': return await gcNodeCommand(ctx)
       case 'sandboxes': {
-        const removed = await collectSandboxes(ctx)
+        const { removed, failed } = await collectSandboxes(ctx)
         ctx.out(ctx.json ? JSON.stringify({ removed }) : `removed ${removed.length} orphaned sandbox(es)`)
-        return 0
+        return failed > 0 ? 1 : 0
       }
       default: throw new UsageError(`gc needs what to collect: store, node or sandboxes${subject === undefined ? '' : ` (not ${JSON.stringify(subject)})`}; usage: ${GC_USAGE}`)
     }

@@ -8,6 +8,7 @@ import { pushCommand } from './push.js'
 import { commitCommand, psCommand, runCommand } from './sandboxes.js'
 import { dfCommand, gcCommand } from './gc.js'
 import { containerdCommand } from './containerd.js'
+import { daemonCommand } from './daemon.js'
 
 export const commands: Command[] = [
   pushCommand,
@@ -29,5 +30,6 @@ export const commands: Command[] = [
   commitCommand,
   gcCommand,
   dfCommand,
-  containerdCommand
+  containerdCommand,
+  daemonCommand
 ]

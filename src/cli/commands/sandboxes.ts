@@ -113,13 +113,10 @@ export async function removeSandboxes (ctx: CommandContext, ids: string[]): Prom
   }
 }
 
-/** `gc sandboxes`: remove the sandboxes whose caller is gone. */
-export async function collectSandboxes (ctx: CommandContext): Promise<string[]> {
-  const { cleanupSandbox } = await import('../../runtime/sandbox-cleanup.js')
-  const registry = new SandboxRegistry(ctx.db())
-  const orphans = registry.list().filter(r => SandboxRegistry.status(r) === 'orphaned')
-  for (const r of orphans) { await cleanupSandbox(r); registry.remove(r.id) }
-  return orphans.map(r => r.id)
+/** `gc sandboxes`: remove the sandboxes whose caller is gone; errors go to stderr, and count in `failed`. */
+export async function collectSandboxes (ctx: CommandContext): Promise<{ removed: string[], failed: number }> {
+  const { removeOrphanedSandboxes } = await import('../../runtime/sandbox-cleanup.js')
+  return await removeOrphanedSandboxes(ctx.db(), line => ctx.err(`layerctl gc: ${line}`))
 }
 
 export const commitCommand: Command = {

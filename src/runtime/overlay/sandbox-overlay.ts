@@ -28,12 +28,12 @@
  * nodes in the image or the upper are inert), volatile (no syncs: a sandbox
  * upper is scratch; after a host crash it is discarded).
  *
- * May import: src/errors.ts, src/native.ts, ../process/host-command.ts, node built-ins.
+ * May import: src/errors.ts, src/native.ts, src/host/, node built-ins.
  */
 import { chmod, chown, mkdir, open, rm, stat, symlink } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import { UnsupportedError, UsageError, describeError } from '../../errors.js'
-import { runHost } from '../process/host-command.js'
+import { runHost } from '../../host/host-command.js'
 import { MS_NOATIME, MS_NODEV, MS_NOSUID, nativeMounts } from '../../native.js'
 import { unmountAllUnder } from '../../host/mount-table.js'
 
@@ -113,7 +113,7 @@ async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskByt
 /**
  * Create the quota'd disk and mount the overlay. Async. Throws UsageError
  * for a quota below {@link MIN_DISK_BYTES} or a lower that is not a
- * directory, HostCommandError (an UnsupportedError) when a mount step fails;
+ * directory, UnsupportedError when a mount step fails (its cause: the HostCommandError);
  * on failure whatever was mounted is unmounted again.
  */
 export async function mountSandboxOverlay (opts: SandboxOverlayOptions): Promise<SandboxOverlay> {

@@ -11,6 +11,7 @@
 import { spawn, type StdioPipe, type StdioNull } from 'node:child_process'
 import { constants } from 'node:os'
 import { UnsupportedError } from '../../errors.js'
+import { CappedBuffer } from '../capped-buffer.js'
 import type { ExecOptions, ExecResult } from '../sandbox.js'
 
 /** Default cap on collected stdout and on collected stderr, each. */
@@ -28,23 +29,6 @@ export interface RunSpec {
   onSpawn?: (pid: number) => void
   /** Kill the whole tree; called once on timeout. */
   kill: () => Promise<void>
-}
-
-class CappedBuffer {
-  readonly #chunks: Buffer[] = []
-  #size = 0
-  truncated = false
-  constructor (readonly max: number) {}
-  push (c: Buffer): void {
-    const room = this.max - this.#size
-    if (room <= 0) { this.truncated ||= c.length > 0; return }
-    const part = c.length > room ? c.subarray(0, room) : c
-    if (part.length < c.length) this.truncated = true
-    this.#chunks.push(part)
-    this.#size += part.length
-  }
-
-  get value (): Buffer { return Buffer.concat(this.#chunks) }
 }
 
 /**

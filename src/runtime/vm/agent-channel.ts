@@ -12,7 +12,8 @@
  */
 import type { Duplex } from 'node:stream'
 import { constants } from 'node:os'
-import { CorruptObjectError, LayerdError, UsageError } from '../../errors.js'
+import { CorruptObjectError, UsageError, VmGoneError } from '../../errors.js'
+import { CappedBuffer } from '../capped-buffer.js'
 import type { ExecOptions, ExecResult } from '../sandbox.js'
 import {
   FrameDecoder, Frame, STDIN_FRAME_BYTES, decodeAgentError, decodeExit, decodeReady, encodeExecRequest, encodeFrame,
@@ -21,30 +22,9 @@ import {
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 ** 2
 
-/** The VM or its agent went away (crash, kill, power-off) while the host needed it. */
-export class VmGoneError extends LayerdError {
-  static readonly code = 'ERR_VM_GONE'
-  constructor (message: string, options?: { cause?: unknown }) { super(VmGoneError.code, message, options) }
-}
+export { VmGoneError }
 
 const SIGNAL_NAMES = new Map(Object.entries(constants.signals).map(([name, n]) => [n, name]))
-
-class CappedBuffer {
-  readonly #chunks: Buffer[] = []
-  #size = 0
-  truncated = false
-  constructor (readonly max: number) {}
-  push (c: Buffer): void {
-    const room = this.max - this.#size
-    if (c.length > room) this.truncated = true
-    if (room <= 0) return
-    const part = c.length > room ? c.subarray(0, room) : c
-    this.#chunks.push(Buffer.from(part)) // copy: `c` is a view of the decoder's buffer
-    this.#size += part.length
-  }
-
-  get value (): Buffer { return Buffer.concat(this.#chunks) }
-}
 
 interface Running {
   out: CappedBuffer
@@ -166,7 +146,7 @@ export class AgentChannel {
     await this.ready
     if (this.#closed !== undefined) throw this.#closed
     return await new Promise<ExecResult>((resolve, reject) => {
-      const r: Running = { out: new CappedBuffer(this.#maxOutput), err: new CappedBuffer(this.#maxOutput), opts, resolve, reject, started: performance.now(), timedOut: false }
+      const r: Running = { out: new CappedBuffer(this.#maxOutput, true), err: new CappedBuffer(this.#maxOutput, true), opts, resolve, reject, started: performance.now(), timedOut: false }
       this.#running = r
       this.#socket.write(encodeFrame(Frame.EXEC, payload))
       const stdin = opts.stdin ?? new Uint8Array(0)

@@ -9,13 +9,14 @@
  * both cached under `cacheDir` (files written whole, then renamed), so a
  * changed agent source rebuilds the initrd by itself.
  *
- * Where a kernel source is found when none is given (`findGuestKernelSource`):
- * `LAYERD_VM_KERNEL` (+ `LAYERD_VM_MODULES`, default
+ * Where a kernel source is found when none is given (`findGuestKernelSource`,
+ * from the settings the composition root resolved): the kernel setting
+ * (LAYERD_VM_KERNEL, + LAYERD_VM_MODULES, default
  * `<kernel dir>/../lib/modules/<release>`), else the first
  * `linux-image-*` directory (a `dpkg-deb -x` of Debian's package) under
- * `LAYERD_VM_KERNEL_DIR`, /var/lib/layerd/guest-kernel, or the fixture
- * cache's guest-kernel directory (`$LAYERD_FIXTURES_DIR` or
- * /var/cache/layerd-fixtures).
+ * the kernel directory setting (LAYERD_VM_KERNEL_DIR) or
+ * /var/lib/layerd/guest-kernel. (Tests' fixture kernel: fixtures/guest-kernel.ts
+ * points LAYERD_VM_KERNEL_DIR at it.)
  *
  * May import: src/errors.ts, this folder, node built-ins.
  */
@@ -115,21 +116,23 @@ export async function kernelSourceIn (root: string): Promise<GuestKernelSource |
   return await exists(kernel) ? { kernel, modulesDir } : undefined
 }
 
+/** Where the host's guest kernel is, as the settings say (src/state/settings.ts VmSettings: LAYERD_VM_KERNEL, LAYERD_VM_MODULES, LAYERD_VM_KERNEL_DIR). */
+export interface GuestKernelSearch { kernel?: string, modules?: string, kernelDir?: string }
+
 /**
  * The host-provided guest kernel (see the module doc for the search
  * order), or undefined when there is none. Async.
  */
-export async function findGuestKernelSource (extraDirs: string[] = []): Promise<GuestKernelSource | undefined> {
-  const kernel = process.env.LAYERD_VM_KERNEL
+export async function findGuestKernelSource (where: GuestKernelSearch = {}, extraDirs: string[] = []): Promise<GuestKernelSource | undefined> {
+  const kernel = where.kernel
   if (kernel !== undefined && kernel !== '') {
-    const modules = process.env.LAYERD_VM_MODULES
+    const modules = where.modules
     if (modules !== undefined && modules !== '') return { kernel, modulesDir: modules }
     const fromPackage = await kernelSourceIn(dirname(dirname(kernel)))
     if (fromPackage !== undefined) return { kernel, modulesDir: fromPackage.modulesDir }
     return undefined
   }
-  const fixtures = process.env.LAYERD_FIXTURES_DIR !== undefined && process.env.LAYERD_FIXTURES_DIR !== '' ? process.env.LAYERD_FIXTURES_DIR : '/var/cache/layerd-fixtures'
-  const dirs = [process.env.LAYERD_VM_KERNEL_DIR ?? '', ...extraDirs, ...GUEST_KERNEL_DIRS, join(fixtures, 'guest-kernel')].filter(d => d !== '')
+  const dirs = [where.kernelDir ?? '', ...extraDirs, ...GUEST_KERNEL_DIRS].filter(d => d !== '')
   for (const dir of dirs) {
     const entries = (await readdir(dir).catch(() => [] as string[])).filter(n => n.startsWith('linux-image-')).sort().reverse()
     for (const e of entries) {

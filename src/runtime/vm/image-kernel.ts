@@ -10,27 +10,24 @@
  * The copy lands in `<cacheDir>/image-kernels/<release>-<identity>`;
  * prepareGuestKernel then makes the vmlinux and initrd from it.
  *
- * May import: src/errors.ts, this folder, node built-ins.
+ * May import: src/errors.ts, src/host/, this folder, node built-ins.
  */
-import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { access, mkdir, rename, rm, writeFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
-import { promisify } from 'node:util'
 import { BadInputError, UnsupportedError } from '../../errors.js'
+import { runHost } from '../../host/host-command.js'
 import { GUEST_MODULES_OPTIONAL, GUEST_MODULES_REQUIRED } from './kernel-modules.js'
 import type { GuestKernelSource } from './guest-kernel.js'
 
-const execFileAsync = promisify(execFile)
 const MAX_LISTING_BYTES = 64 * 1024 * 1024
 const MODULE_ROOTS = ['/usr/lib/modules', '/lib/modules']
 
 async function debugfs (image: string, request: string): Promise<string> {
   try {
-    const { stdout } = await execFileAsync('debugfs', ['-R', request, image], { maxBuffer: MAX_LISTING_BYTES })
-    return stdout
+    return await runHost('debugfs', ['-R', request, image], { timeoutMs: Infinity, maxStdoutBytes: MAX_LISTING_BYTES, missing: 'debugfs (e2fsprogs) is not installed' })
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new UnsupportedError('debugfs (e2fsprogs) is not installed', { cause: err })
+    if (err instanceof UnsupportedError) throw err
     throw new BadInputError(`debugfs -R ${JSON.stringify(request)} ${image} failed: ${(err as Error).message}`, { cause: err })
   }
 }

@@ -15,21 +15,18 @@
  * Host needs: busybox-static (apt), a C compiler with static libc (gcc,
  * libc6-dev: the same toolchain node-gyp uses).
  *
- * May import: src/errors.ts, this folder, node built-ins.
+ * May import: src/errors.ts, src/host/, this folder, node built-ins.
  */
-import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { promisify } from 'node:util'
 import { gzipSync } from 'node:zlib'
 import { BadInputError, NotFoundError, UnsupportedError } from '../../errors.js'
+import { HostCommandError, runHost } from '../../host/host-command.js'
 import { encodeCpioNewc, type CpioEntry } from './cpio-newc.js'
 import { resolveGuestModules } from './kernel-modules.js'
-
-const execFileAsync = promisify(execFile)
 
 export const DEFAULT_BUSYBOX = '/bin/busybox'
 const AGENT_SOURCE_RELATIVE = 'src/runtime/vm/guest/layerd-agent.c'
@@ -108,11 +105,10 @@ export async function buildGuestAgent (cacheDir: string, cc = process.env.CC ?? 
   await mkdir(cacheDir, { recursive: true })
   const tmp = `${out}.tmp-${process.pid}`
   try {
-    await execFileAsync(cc, ['-static', '-Os', '-s', '-Wall', '-o', tmp, source])
+    await runHost(cc, ['-static', '-Os', '-s', '-Wall', '-o', tmp, source], { timeoutMs: Infinity, missing: `no C compiler (${cc}) to build the VM guest agent: install gcc and libc6-dev` })
   } catch (err) {
-    const e = err as NodeJS.ErrnoException & { stderr?: string }
-    if (e.code === 'ENOENT') throw new UnsupportedError(`no C compiler (${cc}) to build the VM guest agent: install gcc and libc6-dev`, { cause: err })
-    throw new UnsupportedError(`cannot compile the VM guest agent ${source} statically with ${cc} (is libc6-dev installed?): ${String(e.stderr ?? e.message).trim().slice(-400)}`, { cause: err })
+    if (!(err instanceof HostCommandError)) throw err
+    throw new UnsupportedError(`cannot compile the VM guest agent ${source} statically with ${cc} (is libc6-dev installed?): ${err.stderr.slice(-400)}`, { cause: err })
   }
   await rename(tmp, out)
   return out

@@ -9,15 +9,12 @@
  * Compressed modules (.ko.xz, .ko.zst, .ko.gz) are decompressed with the
  * xz/zstd/gzip programs. Modules listed in modules.builtin are skipped.
  *
- * May import: src/errors.ts, node built-ins.
+ * May import: src/errors.ts, src/host/, node built-ins.
  */
-import { execFile } from 'node:child_process'
 import { readdir, readFile } from 'node:fs/promises'
 import { basename, join } from 'node:path'
-import { promisify } from 'node:util'
 import { BadInputError, NotFoundError, UnsupportedError } from '../../errors.js'
-
-const execFileAsync = promisify(execFile)
+import { runHostBytes } from '../../host/host-command.js'
 
 /**
  * What the guest needs: virtio transports (mmio for microvm/Firecracker, pci
@@ -71,10 +68,9 @@ async function decompressedModule (path: string): Promise<Buffer> {
   const tool = path.endsWith('.xz') ? 'xz' : path.endsWith('.zst') ? 'zstd' : path.endsWith('.gz') ? 'gzip' : undefined
   if (tool === undefined) return await readFile(path)
   try {
-    const { stdout } = await execFileAsync(tool, ['-dc', path], { encoding: 'buffer', maxBuffer: MAX_MODULE_BYTES })
-    return stdout
+    return await runHostBytes(tool, ['-dc', path], { timeoutMs: Infinity, maxStdoutBytes: MAX_MODULE_BYTES, missing: `${tool} is needed to decompress kernel module ${path}` })
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new UnsupportedError(`${tool} is needed to decompress kernel module ${path}`, { cause: err })
+    if (err instanceof UnsupportedError) throw err
     throw new BadInputError(`kernel module ${path} does not decompress with ${tool}`, { cause: err })
   }
 }

@@ -11,15 +11,12 @@
  * - Firecracker (raw drives only): the block view read-only, plus a sparse
  *   scratch ext4 of exactly the quota for the guest's overlayfs upper.
  *
- * May import: src/errors.ts, src/format/ext4-superblock.ts, node built-ins.
+ * May import: src/errors.ts, src/host/, src/format/ext4-superblock.ts, node built-ins.
  */
-import { execFile } from 'node:child_process'
 import { open, rm, stat, truncate, writeFile } from 'node:fs/promises'
-import { promisify } from 'node:util'
-import { UnsupportedError } from '../../errors.js'
+import { runHost } from '../../host/host-command.js'
 import { decodeExt4Superblock, type Ext4Superblock } from '../../format/ext4-superblock.js'
 
-const execFileAsync = promisify(execFile)
 const ALIGN_BYTES = 1024 * 1024
 
 /** The block view's ext4 superblock: one 2 KiB read (through FUSE: one chunk). Async. */
@@ -57,14 +54,9 @@ export function planOverlay (sb: Ext4Superblock, rawFileBytes: number, diskBytes
   return { virtualBytes, guestFreeBytes: sb.freeBytes + added - overhead }
 }
 
+/** Rejects with UnsupportedError when `cmd` is missing, HostCommandError (a CommandFailedError) when it fails. */
 async function tool (cmd: string, args: string[]): Promise<void> {
-  try {
-    await execFileAsync(cmd, args)
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException & { stderr?: string }
-    if (e.code === 'ENOENT') throw new UnsupportedError(`${cmd} is not installed; run .ci/setup (apt)`, { cause: err })
-    throw new Error(`${cmd} ${args.join(' ')} failed: ${String(e.stderr ?? e.message).trim()}`, { cause: err })
-  }
+  await runHost(cmd, args, { timeoutMs: Infinity, missing: `${cmd} is not installed; run .ci/setup (apt)` })
 }
 
 /**

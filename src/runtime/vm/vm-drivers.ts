@@ -25,7 +25,7 @@ import { UnsupportedError, UsageError } from '../../errors.js'
 import { checkSandboxId } from '../process/host-checks.js'
 import type { SandboxSpec, Tier, TierDriver } from '../sandbox.js'
 import { FIRECRACKER_VSOCK_PORT, firecrackerArgs, firecrackerConfig } from './firecracker-config.js'
-import { DEFAULT_VM_CACHE_DIR, findGuestKernelSource, prepareGuestKernel, type GuestKernel, type GuestKernelSource } from './guest-kernel.js'
+import { DEFAULT_VM_CACHE_DIR, findGuestKernelSource, prepareGuestKernel, type GuestKernel, type GuestKernelSearch, type GuestKernelSource } from './guest-kernel.js'
 import { copyImageKernel, findImageKernel } from './image-kernel.js'
 import { guestCmdline, qemuArgs, type Accel, type QemuMachine } from './qemu-args.js'
 import { describeVcpus } from './qemu-monitor.js'
@@ -38,14 +38,16 @@ export const MIN_GUEST_MEMORY_MIB = 128
 const MIB = 1024 * 1024
 
 export interface VmDriverOptions {
-  /** The host-provided kernel; default: findGuestKernelSource(). */
+  /** The host-provided kernel; default: findGuestKernelSource(kernelSearch). */
   kernel?: GuestKernelSource
+  /** Where to look for it (the settings LAYERD_VM_KERNEL, LAYERD_VM_MODULES, LAYERD_VM_KERNEL_DIR). */
+  kernelSearch?: GuestKernelSearch
   /** vmlinux, initrd, compiled agent, KVM probe result. Default /var/cache/layerd/vm. */
   cacheDir?: string
   /** Short directory for the VMs' Unix sockets (a socket path must fit in 108 bytes). Default /run/layerd/vm. */
   runDir?: string
-  /** 'auto' (default; LAYERD_VM_ACCEL overrides) probes KVM and falls back to TCG. */
-  accel?: 'auto' | Accel
+  /** 'auto' (default) probes KVM and falls back to TCG; 'kvm' or 'tcg' (the setting LAYERD_VM_ACCEL) forces one. */
+  accel?: string
   /** Guest vCPUs. Default 1. */
   cpus?: number
   /** QEMU binary. Default qemu-system-x86_64. */
@@ -79,7 +81,7 @@ abstract class VmTierDriverBase implements TierDriver {
   /** The host-provided kernel, prepared once per driver. Async. Throws UnsupportedError when there is none. */
   protected async hostKernel (): Promise<GuestKernel> {
     this.#hostKernel ??= (async () => {
-      const src = this.opts.kernel ?? await findGuestKernelSource()
+      const src = this.opts.kernel ?? await findGuestKernelSource(this.opts.kernelSearch)
       if (src === undefined) {
         throw new UnsupportedError('no guest kernel: set LAYERD_VM_KERNEL (and LAYERD_VM_MODULES), or unpack Debian\'s linux-image-amd64 package under /var/lib/layerd/guest-kernel (`node dist/fixtures/guest-kernel.js` does it)')
       }

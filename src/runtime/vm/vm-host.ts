@@ -8,18 +8,17 @@
  * `layerd.probe=1` (the initrd prints a marker and powers off at once) and
  * calls KVM usable only if the marker appears within PROBE_TIMEOUT_MS. The
  * answer is cached per kernel and QEMU binary in memory and in
- * `<cacheDir>/kvm-probe.json`. `LAYERD_VM_ACCEL=kvm|tcg` skips the probe.
+ * `<cacheDir>/kvm-probe.json`. Asking for kvm or tcg (LAYERD_VM_ACCEL) skips the probe.
  *
- * May import: src/errors.ts, this folder, node built-ins.
+ * May import: src/errors.ts, src/host/, this folder, node built-ins.
  */
-import { spawn, execFile } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { access, constants as fsConstants, mkdir, readFile, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { promisify } from 'node:util'
 import { UsageError } from '../../errors.js'
+import { runHost } from '../../host/host-command.js'
 import type { Accel } from './qemu-args.js'
 
-const execFileAsync = promisify(execFile)
 
 export const PROBE_MARKER = 'layerd-probe-ok'
 /** A working KVM boots the guest to its initrd in well under a second; a hung one never does. */
@@ -55,7 +54,7 @@ export async function hostTscKhz (): Promise<number | undefined> {
 }
 
 async function qemuVersion (qemu: string): Promise<string> {
-  const { stdout } = await execFileAsync(qemu, ['--version'])
+  const stdout = await runHost(qemu, ['--version'])
   return stdout.split('\n')[0] ?? ''
 }
 
@@ -87,8 +86,8 @@ async function kvmBoots (qemu: string, kernel: string, initrd: string, timeoutMs
 const probeResults = new Map<string, Promise<Accel>>()
 
 export interface AccelChoice {
-  /** 'auto' (default: probe), or force one. */
-  requested?: 'auto' | Accel
+  /** 'auto' (default: probe), or force 'kvm' or 'tcg' (the setting LAYERD_VM_ACCEL; anything else is a UsageError). */
+  requested?: string
   qemu: string
   kernel: string
   initrd: string
@@ -100,8 +99,7 @@ export interface AccelChoice {
  * LAYERD_VM_ACCEL value.
  */
 export async function chooseAccel (c: AccelChoice): Promise<Accel> {
-  const env = process.env[ACCEL_ENV]
-  const requested = c.requested ?? (env === undefined || env === '' ? 'auto' : env)
+  const requested = c.requested ?? 'auto'
   if (requested === 'kvm' || requested === 'tcg') return requested
   if (requested !== 'auto') throw new UsageError(`${ACCEL_ENV}=${requested}: use kvm, tcg or auto`)
   try {

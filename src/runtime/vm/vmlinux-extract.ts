@@ -11,10 +11,10 @@
  * 2.08+: payload_offset/payload_length) and decompressed with the xz, zstd,
  * gzip or lz4 program it was made with.
  *
- * May import: src/errors.ts, node built-ins.
+ * May import: src/errors.ts, src/host/, node built-ins.
  */
-import { spawn } from 'node:child_process'
-import { BadInputError, UnsupportedError } from '../../errors.js'
+import { BadInputError, LimitExceededError, UnsupportedError } from '../../errors.js'
+import { collectHost } from '../../host/host-command.js'
 
 const SETUP_SECTS_OFFSET = 0x1f1
 const HEADER_MAGIC_OFFSET = 0x202
@@ -40,30 +40,16 @@ export function isElf (bytes: Uint8Array): boolean {
 }
 
 async function decompress (codec: Codec, input: Buffer): Promise<Buffer> {
-  return await new Promise((resolve, reject) => {
-    const child = spawn(codec.tool, codec.args, { stdio: ['pipe', 'pipe', 'pipe'] })
-    const out: Buffer[] = []
-    let size = 0
-    let err = ''
-    child.stdout.on('data', (c: Buffer) => {
-      size += c.length
-      if (size > MAX_VMLINUX_BYTES) child.kill()
-      else out.push(c)
-    })
-    child.stderr.on('data', (c: Buffer) => { err += c.toString() })
-    child.on('error', e => reject((e as NodeJS.ErrnoException).code === 'ENOENT'
-      ? new UnsupportedError(`${codec.tool} is needed to extract vmlinux from this kernel`, { cause: e })
-      : e))
-    child.stdin.on('error', () => {}) // the tool may stop reading at the end of its stream (trailing size word)
-    // gzip and lz4 complain about the 4-byte size the kernel build appends; what they produced is still the kernel.
-    child.on('close', code => {
-      const bytes = Buffer.concat(out)
-      if (size > MAX_VMLINUX_BYTES) reject(new BadInputError(`kernel payload decompresses to more than ${MAX_VMLINUX_BYTES} bytes`))
-      else if (code === 0 || isElf(bytes)) resolve(bytes)
-      else reject(new BadInputError(`kernel payload does not decompress with ${codec.tool}: ${err.trim().slice(-300)}`))
-    })
-    child.stdin.end(input)
-  })
+  let r
+  try {
+    r = await collectHost(codec.tool, codec.args, { input, timeoutMs: Infinity, maxStdoutBytes: MAX_VMLINUX_BYTES, missing: `${codec.tool} is needed to extract vmlinux from this kernel` })
+  } catch (err) {
+    if (err instanceof LimitExceededError) throw new BadInputError(`kernel payload decompresses to more than ${MAX_VMLINUX_BYTES} bytes`, { cause: err })
+    throw err
+  }
+  // gzip and lz4 complain about the 4-byte size the kernel build appends; what they produced is still the kernel.
+  if (r.code === 0 || isElf(r.stdout)) return r.stdout
+  throw new BadInputError(`kernel payload does not decompress with ${codec.tool}: ${r.stderr.slice(-300)}`)
 }
 
 /**

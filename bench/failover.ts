@@ -1,0 +1,103 @@
+/**
+ * bench/failover.ts: the stall a reader sees when layerd dies (SIGKILL; the
+ * holder starts a new one, which takes the FUSE connections over) and when
+ * it is restarted on purpose (`layerctl daemon restart`: the new one loads
+ * while the old one serves, then takes over). Issue 19's targets: max
+ * ≤ 2 s per crash, ≤ 0.5 s per planned restart.
+ *
+ * One node (fixtures' copy of the python image store, layerd under its
+ * holder), one plain mount; 4 probe readers (python, on the host) read small
+ * files of the image in a loop with their page cache dropped before each
+ * read, so every read reaches the daemon, and record every read slower than
+ * 10 ms. The stall of an event is the longest read that was under way
+ * between the event and the moment the new daemon answered its control
+ * socket (started before that moment, ended after the event); when no slow
+ * read overlaps that window it counts 10 ms. 20 kills, then 20
+ * restarts, each once the new daemon serves and reads have gone on for 1 s.
+ *
+ *   node dist/bench/failover.js [--kills 20] [--restarts 20]
+ *
+ * Bench-only: may import anything.
+ */
+import { spawn } from 'node:child_process'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { copyPushedStore } from '../src/attacks/attack-harness.js'
+import { ensureDebianImages } from '../fixtures/debian-images.js'
+import { layerdNode } from '../fixtures/layerd-harness.js'
+import { servingPid } from '../fixtures/takeover-workload.js'
+import { VERIFYING_READER_PY, expectedFiles, lastReport, type ReaderReport } from '../fixtures/verifying-readers.js'
+
+const PROBES = 4
+const SLOW_S = 0.01
+const READ_THROUGH_MS = 1_000
+
+const { values } = parseArgs({ options: { kills: { type: 'string', default: '20' }, restarts: { type: 'string', default: '20' } } })
+const kills = Number(values.kills)
+const restarts = Number(values.restarts)
+
+function percentile (xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] ?? NaN
+}
+
+const dir = await mkdtemp('/tmp/layerd-failover-')
+try {
+  const images = await ensureDebianImages()
+  const storeDir = join(dir, 'store')
+  await copyPushedStore(storeDir)
+  const node = layerdNode(join(dir, 'home'), { store: `file://${storeDir}` })
+  const mnt = join(node.home, 'mnt')
+  const m = await node.layerctl('mount', 'deb/python:v1', mnt)
+  if (m.code !== 0) throw new Error(`mount: ${m.stderr}`)
+  // Small files (≤ 64 KiB), so a read is one request and its time is the daemon's answer time.
+  const small = (await expectedFiles(images.images['python-v1'].rootfs)).filter(f => f.size > 0 && f.size <= 65536)
+  const stopFile = join(dir, 'stop')
+  const probes = Array.from({ length: PROBES }, (_, i) => new Promise<ReaderReport>((resolve, reject) => {
+    const files = small.filter((_, k) => k % PROBES === i).slice(0, 400).map(f => [f.path, f.sha256])
+    const child = spawn('python3', ['-c', VERIFYING_READER_PY], { stdio: ['pipe', 'pipe', 'inherit'] })
+    let out = ''
+    child.stdout.on('data', (c: Buffer) => { out = (out + c.toString()).slice(-4_000_000) })
+    child.on('close', () => { const r = lastReport(out); if (r === undefined) reject(new Error('probe reported nothing')); else resolve(r) })
+    child.stdin.end(JSON.stringify({ root: mnt, files, until: Date.now() / 1000 + 3600, stopFile, slowS: SLOW_S, pauseS: 0.002 }))
+  }))
+  let pid = await servingPid(node.home, undefined)
+  const events: Array<{ kind: 'crash' | 'restart', at: number, servedAt: number }> = []
+  for (let i = 0; i < kills + restarts; i++) {
+    await new Promise(resolve => setTimeout(resolve, READ_THROUGH_MS))
+    const kind = i < kills ? 'crash' : 'restart'
+    const at = Date.now() / 1000
+    if (kind === 'crash') await node.killDaemon()
+    else {
+      const r = await node.layerctl('daemon', 'restart')
+      if (r.code !== 0) throw new Error(`restart: ${r.stderr}`)
+    }
+    pid = await servingPid(node.home, pid)
+    events.push({ kind, at, servedAt: Date.now() / 1000 })
+  }
+  await new Promise(resolve => setTimeout(resolve, READ_THROUGH_MS))
+  await writeFile(stopFile, '')
+  const reports = await Promise.all(probes)
+  await node.stopDaemon()
+  const errors = reports.flatMap(r => r.errors)
+  const wrong = reports.flatMap(r => r.wrong)
+  const slow = reports.flatMap(r => r.slow)
+  const stall = (e: { at: number, servedAt: number }): number => Math.max(SLOW_S, ...slow.filter(([end, s]) => end - s <= e.servedAt && end >= e.at).map(([, s]) => s))
+  const rows: string[] = []
+  const summary: Record<string, { n: number, p50: number, p99: number, max: number }> = {}
+  for (const kind of ['crash', 'restart'] as const) {
+    const stalls = events.filter(e => e.kind === kind).map(e => stall(e))
+    if (stalls.length === 0) continue
+    summary[kind] = { n: stalls.length, p50: percentile(stalls, 50), p99: percentile(stalls, 99), max: Math.max(...stalls) }
+    const s = summary[kind]!
+    const target = kind === 'crash' ? 2 : 0.5
+    rows.push(`| ${kind === 'crash' ? 'SIGKILL (holder restarts layerd)' : '`layerctl daemon restart`'} | ${s.n} | ${s.p50.toFixed(2)} | ${s.p99.toFixed(2)} | ${s.max.toFixed(2)} | ≤ ${target} s ${s.max <= target ? '✓' : '✗'} |`)
+  }
+  console.log(`reads: ${reports.reduce((n, r) => n + r.reads, 0)}, errors: ${errors.length}, wrong bytes: ${wrong.length}${errors.length > 0 ? `\n${errors.slice(0, 5).join('\n')}` : ''}`)
+  console.log('| event | n | p50 s | p99 s | max s | target |\n|---|--:|--:|--:|--:|---|\n' + rows.join('\n'))
+  console.log(JSON.stringify(summary))
+  console.log(`reproduce: node dist/bench/failover.js --kills ${kills} --restarts ${restarts}`)
+} finally {
+  await rm(dir, { recursive: true, force: true }).catch(() => {})
+}

@@ -1,0 +1,52 @@
+/**
+ * Issue 19, upgrade: `layerctl daemon restart` hands every FUSE connection
+ * from the running layerd to a new one started from another copy of the
+ * build (new code from disk), 10 times, alternating between the two
+ * copies, while 16 host readers and 4 process and container sandboxes
+ * verify what they read with the page cache dropped: zero read errors,
+ * zero wrong bytes, a new daemon each time, running the build it was
+ * asked to.
+ */
+import t from 'tap'
+import { cp, mkdir, readFile, symlink } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { assertNothingNoticed, readThroughDisruptions } from '../../fixtures/takeover-workload.js'
+import { DAEMON_ENTRY } from '../daemon/daemon-launcher.js'
+
+const RESTARTS = 10
+const dir = t.testdir()
+const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
+
+/** A second copy of this build (compiled code, native addon, package.json; node_modules linked): its layerd entry. */
+async function copyOfBuild (to: string): Promise<string> {
+  await mkdir(to, { recursive: true })
+  await cp(join(REPO, 'dist'), join(to, 'dist'), { recursive: true })
+  await cp(join(REPO, 'native', 'build', 'Release'), join(to, 'native', 'build', 'Release'), { recursive: true })
+  await cp(join(REPO, 'package.json'), join(to, 'package.json'))
+  await symlink(join(REPO, 'node_modules'), join(to, 'node_modules'))
+  return join(to, 'dist', 'layerd', 'main.js')
+}
+
+t.test('layerctl daemon restart 10 times between two copies of the build mid-read: zero read errors, zero wrong bytes', async t => {
+  const other = await copyOfBuild(join(dir, 'build-b'))
+  const entries: string[] = []
+  const r = await readThroughDisruptions(t, dir, RESTARTS, 300, async (round, node) => {
+    const entry = round % 2 === 0 ? other : DAEMON_ENTRY
+    const res = await node.layerd.layerctl('daemon', 'restart', '--entry', entry, '--json')
+    t.equal(res.code, 0, `restart ${round + 1}: ${res.stdout.trim()} ${res.stderr}`)
+    entries.push(entry)
+    return (JSON.parse(res.stdout) as { newPid: number }).newPid
+  })
+  assertNothingNoticed(t, r, RESTARTS)
+  const cmdline = (await readFile(`/proc/${r.pids.at(-1)}/cmdline`, 'utf8')).split('\0')
+  t.equal(cmdline[1], entries.at(-1), 'the last daemon runs the build it was restarted from')
+  const log = await readFile(join(r.node.home, 'layerd.log'), 'utf8')
+  t.equal(log.match(/exited with code 6 \(handover\)/g)?.length, RESTARTS, 'each old layerd handed over (exit 6)')
+  t.equal(log.match(/was killed by|fatal/g), null, 'no layerd crashed')
+  const status = await r.node.layerd.layerctl('daemon', 'status', '--json')
+  const s = JSON.parse(status.stdout) as { daemon: { pid: number }, holder: { holderPid: number, keptFds: number }, mounts: unknown[] }
+  t.equal(s.daemon.pid, r.pids.at(-1), 'daemon status names the serving daemon')
+  t.ok(s.holder.holderPid > 0 && s.holder.keptFds >= 3, `… its holder and the kept connections (${s.holder.keptFds}: plain mount, stack base and top)`)
+  t.ok(s.mounts.length >= 2, '… and the mounts')
+})
