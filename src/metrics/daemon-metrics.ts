@@ -51,6 +51,11 @@ class PlainBackedHistogram extends Histogram {
     this.#help = help
   }
 
+  /** What the text exposition reads (prom-client's registry prefers it to get()). */
+  async getForPromString (): Promise<any> {
+    return await this.get()
+  }
+
   override async get (): Promise<any> {
     const p = this.#plain
     const values: Array<{ labels: Record<string, string | number>, value: number, metricName: string }> = []
