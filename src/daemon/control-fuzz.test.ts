@@ -276,4 +276,7 @@ t.test('after the fuzz: the same layerd, no internal error or unhandled rejectio
   t.notMatch(log, /unhandled rejection|fatal:|control \w+: \w*Error/, 'nothing in the log a request caused')
   for (let i = 0; i < 3; i++) t.ok(await daemonServesReads())
   t.equal((await node.layerctl('umount', mnt)).code, 0)
+  // Stop it here, not only in the root teardown: the daemon's stderr pipe keeps this process alive,
+  // so the root test would never end and its teardown would never run.
+  await node.stopDaemon()
 })
