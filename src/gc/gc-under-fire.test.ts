@@ -56,12 +56,17 @@ t.test('gc under fire: 20 rounds of gc store --grace 0, 4 pushers, a mount that 
   await node.startDaemon()
   const m = await node.layerctl('mount', 'fire/mounted:v1', mnt)
   t.equal(m.code, 0, m.stderr)
-  // One teardown, in order: unmount, stop the daemon, then remove its home.
-  t.teardown(async () => {
+  // In order: unmount, stop the daemon, then remove its home; run at the end of the test too, before
+  // tap removes the test's directory, which holds the mountpoint.
+  let stopped = false
+  const stopAll = async (): Promise<void> => {
+    if (stopped) return
+    stopped = true
     await node.layerctl('umount', mnt)
     await node.stopDaemon()
     await rm(home, { recursive: true, force: true })
-  })
+  }
+  t.teardown(stopAll)
   const expectedDigest = (i: number): string => createHash('sha256').update(seededBytes(`mounted-${i}`, MOUNT_FILE_BYTES + i)).digest('hex')
 
   let gcDone = false
@@ -158,4 +163,5 @@ t.test('gc under fire: 20 rounds of gc store --grace 0, 4 pushers, a mount that 
   const again = createHash('sha256').update(await readFile(join(mnt, 'data', 'f7.bin'))).digest('hex')
   t.equal(again, expectedDigest(7), 'the mount still reads correctly after the last gc')
   t.equal(await mountsUnder(mnt), 1)
+  await stopAll()
 })

@@ -47,7 +47,10 @@ t.test('/metrics: prom-client exposition, counters move with reads and agree wit
   daemon.stderr.on('data', (c: Buffer) => { log += c.toString() })
   const mnt = join(work, 'mnt')
   await mkdir(mnt)
+  let stopped = false
   const stopAll = async (): Promise<void> => {
+    if (stopped) return // a second umount would start a new daemon for this home
+    stopped = true
     await node.layerctl('umount', mnt)
     if (daemon.exitCode === null && daemon.signalCode === null) {
       const exited = new Promise(resolve => daemon.once('exit', resolve))
