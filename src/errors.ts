@@ -201,7 +201,7 @@ export const ERROR_CLASSES: ReadonlyMap<string, LayerdErrorClass> = new Map(([
   DaemonUnavailableError, UnsupportedError, StateTooNewError, AlreadyRunningError, CacheIoError,
   CommandFailedError, PullIncompleteError, VmGoneError, BadRequestError, RegistryError, RegistryAuthError,
   AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, ContainerdError, NotRemoteError,
-  FdStoreError, HolderError, InternalError
+  FdStoreError, HolderError, ConflictError, InternalError
 ] as LayerdErrorClass[]).map(c => [c.code, c]))
 
 /**
