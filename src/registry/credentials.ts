@@ -133,6 +133,9 @@ async function runHelper (name: string, registry: string, env: CredentialSources
     child.stderr.setEncoding('utf8').on('data', (s: string) => { err += s })
     child.on('error', e => reject(new RegistryAuthError(`cannot run credential helper ${program} for ${registry}: ${e.message}`, { cause: e })))
     child.on('close', c => resolve({ code: c, stdout: out, stderr: err }))
+    // A helper that exits without reading its stdin makes this write fail with EPIPE: its exit code
+    // and stderr (reported below) say what went wrong, so the write error itself is dropped.
+    child.stdin.on('error', () => {})
     child.stdin.end(server)
   })
   if (code !== 0) {
