@@ -158,7 +158,8 @@ export async function tierSuite (t: Test, driver: TierDriver, opts: TierSuiteOpt
       t.match(bounded.stderr.toString(), /fork|Resource temporarily unavailable/i)
       const started = performance.now()
       // exec, not a child: with the pids limit reached, the shell could not fork a sleep and would end before the timeout.
-      const bomb = await run(sb, 'b() { b | b & }; b; exec sleep 60', { timeoutMs: 2000 })
+      // The bomb starts in a subshell: a shell whose own fork fails exits, and the top shell must live to exec the sleep.
+      const bomb = await run(sb, '(b() { b | b & }; b); exec sleep 60', { timeoutMs: 2000 })
       t.equal(bomb.timedOut, true)
       t.ok(performance.now() - started < 15_000, 'the bomb is killed within the bound')
       const hog = await create(t, base, {}, { memoryBytes: 96 * MIB })
