@@ -21,6 +21,9 @@
  * disk's own count. "Time to task finished" runs from a container's deploy
  * start (its image pull or remote prepare, shared with its image's other
  * containers) to `ctr run --rm` returning. Every output is checked.
+ * With CTRB_TRACE=1 in the environment it logs each pull (the lazy one
+ * with its phases, from `layerctl containerd pull --json`) and each
+ * `ctr run`.
  *
  * Bench-only: may import anything.
  */
