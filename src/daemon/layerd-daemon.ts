@@ -34,7 +34,7 @@ import type { BlockViews } from './block-views.js'
 import { readDaemonMemory } from './memory-report.js'
 import { MemorySettler } from './memory-settler.js'
 import { releaseReadBuffers } from '../fs/kernel-fuse.js'
-import { StorePool } from './store-pool.js'
+import { StorePool, type StoreLocation } from './store-pool.js'
 import { createDaemonRegistry, serveMetrics } from '../metrics/daemon-metrics.js'
 import { HeldConnections } from '../holder/connection-keeper.js'
 
@@ -156,6 +156,20 @@ export class LayerdDaemon {
     } catch (err) {
       await this.stop()
       throw err
+    }
+  }
+
+  /**
+   * Open the store at `loc` and, if it is remote, do its one-time client
+   * set-up in the background (ObjectStore.warm). Sync; never throws: a bad
+   * location is reported by the first request that uses it.
+   */
+  warmStore (loc: StoreLocation): void {
+    try {
+      const { store } = this.#stores!.get(loc)
+      if (store.remote === true) void store.warm?.()
+    } catch (err) {
+      this.config.log(`cannot open the node's store ${loc.store}: ${(err as Error).message}`)
     }
   }
 
