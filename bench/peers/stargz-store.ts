@@ -87,7 +87,7 @@ export class StargzNode {
   readonly mountpoint: string
   readonly #child: ChildProcess
   readonly #exited: Promise<void>
-  #roots: string[] = []
+  #roots: Array<{ root: string, options: string }> = []
 
   private constructor (dir: string, child: ChildProcess) {
     this.dir = dir
@@ -127,6 +127,9 @@ export class StargzNode {
     throw new Error(`stargz-store did not mount ${node.mountpoint}: ${(await readFile(join(dir, 'store.log'), 'utf8')).slice(-2000)}`)
   }
 
+  /** The stargz-store process. */
+  get pid (): number | undefined { return this.#child.pid }
+
   async #mounted (): Promise<boolean> {
     const mounts = await readFile('/proc/self/mountinfo', 'utf8')
     return mounts.split('\n').some(l => l.split(' ')[4] === this.mountpoint)
@@ -152,14 +155,23 @@ export class StargzNode {
       return link
     }))
     const lower = links.reverse().join(':')
-    await runCommand('mount', ['-t', 'overlay', 'overlay', '-o', `lowerdir=${lower},upperdir=${work}/upper,workdir=${work}/work`, root])
-    this.#roots.push(root)
+    const options = `lowerdir=${lower},upperdir=${work}/upper,workdir=${work}/work`
+    await runCommand('mount', ['-t', 'overlay', 'overlay', '-o', options, root])
+    this.#roots.push({ root, options })
     return root
+  }
+
+  /** Unmount every root and mount it again (its dentries and inodes go; the store's caches stay). Async. */
+  async remountRoots (): Promise<void> {
+    for (const { root, options } of this.#roots) {
+      await runCommand('umount', [root])
+      await runCommand('mount', ['-t', 'overlay', 'overlay', '-o', options, root])
+    }
   }
 
   /** Unmount the roots, stop the store (SIGINT: it unmounts itself), and clean up. Idempotent. Async. */
   async stop (): Promise<void> {
-    for (const r of this.#roots) await runCommand('umount', [r]).catch(async () => await runCommand('umount', ['-l', r]).catch(() => {}))
+    for (const { root } of this.#roots) await runCommand('umount', [root]).catch(async () => await runCommand('umount', ['-l', root]).catch(() => {}))
     this.#roots = []
     if (this.#child.exitCode === null && this.#child.signalCode === null) {
       this.#child.kill('SIGINT')
