@@ -85,6 +85,29 @@ interface Sample {
 const LOCAL_STARGZ = 'stargz-store (registry on loopback, daemon running)'
 const NET_LAYERD = 'layerd (control API), S3 store through the link'
 const NET_STARGZ = 'stargz-store, registry through the link'
+const LOCAL_TRACED = 'layerd (control API), published trace'
+const NET_TRACED = 'layerd (control API), S3 store through the link, published trace'
+
+/** Record the workload's access trace on a node of `url` and publish it (`layerctl trace publish`). Not timed. */
+async function publishTrace (home: string, url: string, s3Endpoint: string | undefined): Promise<void> {
+  const node = layerdNode(home, { store: url, env: s3Endpoint === undefined ? {} : { LAYERD_S3_ENDPOINT: s3Endpoint } })
+  const mnt = join(home, 'mnt')
+  await mkdir(mnt, { recursive: true })
+  await node.startDaemon()
+  try {
+    const step = async (...args: string[]): Promise<void> => {
+      const r = await node.layerctl(...args)
+      if (r.code !== 0) throw new Error(`layerctl ${args.join(' ')}: ${r.stderr}`)
+    }
+    await step('mount', IMAGE, mnt)
+    await timeShell(`exec chroot ${shq(mnt)} ${WORKLOAD}`)
+    await step('umount', mnt)
+    await step('trace', 'publish', IMAGE)
+  } finally {
+    await node.stopDaemon()
+    await rm(home, { recursive: true, force: true })
+  }
+}
 
 /** A cold stargz-store node reading `esgz` from the registry at `hostPort` (the registry, or a throttle in front of it). */
 function stargz (bins: StargzBinaries, esgz: EstargzImage, registry: TestRegistry, hostPort: string, work: string) {
@@ -169,6 +192,13 @@ async function main (): Promise<void> {
     if (s3Push.code !== 0) throw new Error(`push to S3 failed: ${s3Push.stderr}`)
     const s3Link = await ThrottleProxy.start({ upstreamHost: '127.0.0.1', upstreamPort: s3.port, link: LINK, name: 's3rver' })
     proxies.push(s3Link)
+    // Copies of both stores with a published access trace (`layerctl trace publish`, recorded by one run of the workload).
+    const tracedFsUrl = `file://${join(work, 'store-traced')}`
+    await timeShell(`cp -a ${shq(join(work, 'store'))} ${shq(join(work, 'store-traced'))}`)
+    const tracedS3Url = `s3://${S3_BUCKET}/traced`
+    const s3TracedPush = await layerdNode(join(work, 'pusher-s3-traced'), { store: tracedS3Url, env: { LAYERD_S3_ENDPOINT: s3.endpoint } }).layerctl('push', py.ociLayout, IMAGE)
+    if (s3TracedPush.code !== 0) throw new Error(`push to S3 failed: ${s3TracedPush.stderr}`)
+    for (const [url, endpoint] of [[tracedFsUrl, undefined], [tracedS3Url, s3.endpoint]] as const) await publishTrace(join(work, `tracer-${url.slice(0, 2)}`), url, endpoint)
 
     /** 'api': mount over an open control connection; 'cli': `layerctl mount`, daemon running; 'cli-start': `layerctl mount` starts the daemon. */
     const layerd = (mode: 'api' | 'cli' | 'cli-start', store: { url: string, s3Endpoint?: string }) => async (rep: number): Promise<Sample> => {
@@ -214,13 +244,16 @@ async function main (): Promise<void> {
       }
     }
     const s3Store = { url: s3Url, s3Endpoint: `http://${s3Link.hostPort}` }
+    const tracedS3Store = { url: tracedS3Url, s3Endpoint: `http://${s3Link.hostPort}` }
     const contenders = [
       { name: 'layerd (control API)', run: layerd('api', { url: storeUrl }) },
       { name: 'full extraction (gzip -dc | tar -x)', run: extract('gzip -dc') },
       { name: 'layerd (layerctl mount, daemon running)', run: layerd('cli', { url: storeUrl }) },
       { name: 'layerd (layerctl mount, incl. daemon start)', run: layerd('cli-start', { url: storeUrl }) },
       { name: 'full extraction (pigz -dc | tar -x)', run: extract('pigz -dc') },
-      { name: NET_LAYERD, run: layerd('api', s3Store) }
+      { name: NET_LAYERD, run: layerd('api', s3Store) },
+      { name: LOCAL_TRACED, run: layerd('api', { url: tracedFsUrl }) },
+      { name: NET_TRACED, run: layerd('api', tracedS3Store) }
     ]
     if (PEERS) {
       const bins = await ensureStargzBinaries()
@@ -249,6 +282,8 @@ async function main (): Promise<void> {
     const netLayerd = need(NET_LAYERD)
     const localStargz = byName(LOCAL_STARGZ)
     const netStargz = byName(NET_STARGZ)
+    const localTraced = need(LOCAL_TRACED)
+    const netTraced = need(NET_TRACED)
     const stored = (f: typeof figures[0]): string => Number.isNaN(f.storedBytes) ? '' : ` (${fmt(f.fetchedBytes / f.storedBytes * 100, 1)}%)`
     const rows = figures.map(f => [f.name, fmt(f.prepareSeconds) + (Number.isNaN(f.daemonMountSeconds) ? '' : ` (daemon: ${fmt(f.daemonMountSeconds)})`), fmt(f.runSeconds), fmt(f.totalSeconds), fmt(gz.totalSeconds / f.totalSeconds),
       Number.isNaN(f.fetchedBytes) ? `${fmt(compressedImageBytes / MB)} (all layers)` : fmt(f.fetchedBytes / MB) + stored(f)])
@@ -267,7 +302,9 @@ async function main (): Promise<void> {
       networkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / netLayerd.totalSeconds,
       stargzFetchedOverStored: localStargz === undefined ? NaN : localStargz.fetchedBytes / localStargz.storedBytes,
       networkFetchedOverStored: netLayerd.fetchedBytes / netLayerd.storedBytes,
-      stargzStartSeconds: startMedian(localStargz)
+      stargzStartSeconds: startMedian(localStargz),
+      tracedLocalSpeedupVsStargz: localStargz === undefined ? NaN : localStargz.totalSeconds / localTraced.totalSeconds,
+      tracedNetworkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / netTraced.totalSeconds
     }
     const whiteouts = layers.reduce((n, l) => n + l.whiteouts.length, 0)
     const markdown = [
@@ -288,6 +325,7 @@ async function main (): Promise<void> {
         ? 'stargz-store rows left out (--no-peers).'
         : `Against stargz-store (issue 15 targets: ≥ 2x local, ≥ 1.5x over the network): **${fmt(ratios.localSpeedupVsStargz)}x local**, **${fmt(ratios.networkSpeedupVsStargz)}x over the link**. ` +
           `stargz-store fetched ${fmt(localStargz.fetchedBytes / MB)} MB = ${fmt(ratios.stargzFetchedOverStored * 100, 1)}% of its ${fmt(localStargz.storedBytes / MB)} MB eStargz layers. ` +
+          `With a published access trace (\`layerctl trace publish\`, prefetched at mount; stargz-store's counterpart, prioritized files with prefetch, is off in its rows): ${fmt(ratios.tracedLocalSpeedupVsStargz)}x local, ${fmt(ratios.tracedNetworkSpeedupVsStargz)}x over the link. ` +
           `Daemon start to serving: stargz-store ${fmt(ratios.stargzStartSeconds)} s; layerd: the difference of the two \`layerctl mount\` rows, ${fmt(start.totalSeconds - up.totalSeconds)} s.`,
       '',
       `Bytes (targets: < 15% of storedBytes, issue 15: ≤ 7%): layerd fetched **${fmt(up.fetchedBytes / MB)} MB = ${fmt(ratios.fetchedOverStored * 100, 1)}% of storedBytes** ` +

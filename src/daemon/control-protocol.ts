@@ -63,6 +63,7 @@ export const CONTROL_PARAMS = {
   blockView: { image: 'string', ...STORE },
   stats: { mountpoint: 'path?' },
   prefetch: { mountpoint: 'path', wait: 'boolean?' },
+  publishTrace: { image: 'string', ...STORE },
   pull: { image: 'string', all: 'boolean?', ...STORE },
   export: { image: 'string', tarFile: 'path?', directory: 'path?', ...STORE },
   memory: { settle: 'boolean?' },
@@ -148,6 +149,8 @@ export interface DaemonMemoryResult {
 /** One mount's counters (`stats` with a mountpoint). */
 export type MountStatsResult = MountStats & { cache: CacheCounters }
 export type PrefetchAnswer = { chunks: number, traced: number } & ({ started: true } | PrefetchCounts)
+/** `layerctl trace publish`: the trace object written (src/image/published-traces.ts). */
+export interface PublishTraceResult { manifest: string, key: string, chunks: number }
 export interface PullResult { manifest: string, layers: number, metadataBytes: number, chunks: number, fetchedBytes: number, failed: number }
 export interface ExportResult { manifest: string, entries: number, contentBytes: number, fetchedBytes: number }
 type Empty = Record<string, never>
@@ -162,6 +165,7 @@ export interface ControlResults {
   blockView: BlockViewInfo
   stats: NodeStats | MountStatsResult
   prefetch: PrefetchAnswer
+  publishTrace: PublishTraceResult
   pull: PullResult
   export: ExportResult
   memory: DaemonMemoryResult

@@ -226,6 +226,7 @@ export class LayerdDaemon {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
         return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
       },
+      publishTrace: async p => await mounts.publishTrace(p),
       pull: async p => await this.#pull(p),
       export: async p => await this.#export(p),
       memory: async p => {
