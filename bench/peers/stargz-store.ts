@@ -19,7 +19,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, existsSync, openSync } from 'node:fs'
-import { mkdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { runCommand } from '../../fixtures/run-command.js'
@@ -148,13 +148,9 @@ export class StargzNode {
     await mkdir(root, { recursive: true })
     await mkdir(join(work, 'upper'), { recursive: true })
     await mkdir(join(work, 'work'), { recursive: true })
-    // overlayfs splits lowerdir at ':', and every layer path holds one (sha256:…): name each through a plain symlink.
-    const links = await Promise.all(diffs.map(async (d, i) => {
-      const link = join(work, `l${i}`)
-      await symlink(d, link)
-      return link
-    }))
-    const lower = links.reverse().join(':')
+    // overlayfs splits lowerdir at ':', and every layer path holds one (sha256:…): escape it (a symlink
+    // without the colon worked, but mount(2) sometimes answered ELOOP resolving it into the FUSE tree).
+    const lower = [...diffs].reverse().map(d => d.replace(/([\\:,])/g, '\\$1')).join(':')
     const options = `lowerdir=${lower},upperdir=${work}/upper,workdir=${work}/work`
     await runCommand('mount', ['-t', 'overlay', 'overlay', '-o', options, root])
     this.#roots.push({ root, options })
