@@ -35,7 +35,9 @@ import { readDaemonMemory } from './memory-report.js'
 import { MemorySettler } from './memory-settler.js'
 import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
+import { collectNode } from './node-gc.js'
 import { createDaemonRegistry, serveMetrics } from '../metrics/daemon-metrics.js'
+import { observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
 import { HeldConnections } from '../holder/connection-keeper.js'
 
 export interface DaemonConfig {
@@ -227,6 +229,10 @@ export class LayerdDaemon {
         return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
       },
       publishTrace: async p => await mounts.publishTrace(p),
+      sandboxCreated: async p => { observeSandboxCreate(p.tier, p.seconds); return {} },
+      gcNode: async p => await collectNode({
+        db: this.#db!, cache: this.#cache!, store: this.#stores!.get(p).store, liveManifests: mounts.liveManifests(), sharedDir: mounts.sharedDir, log: this.config.log
+      }, { dryRun: p.dryRun === true }),
       pull: async p => await this.#pull(p),
       export: async p => await this.#export(p),
       memory: async p => {
@@ -247,7 +253,7 @@ export class LayerdDaemon {
 
   /** Node-wide figures: what `stats` without a mountpoint answers, and what /metrics reads. */
   #nodeStats (): NodeStats {
-    return { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: this.#mounts!.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory() }
+    return { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: this.#mounts!.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory(), sandboxCreates: Object.fromEntries([...sandboxCreates].map(([tier, h]) => [tier, { count: h.count, sumSeconds: h.sum }])) }
   }
 
   /** The metrics server's port (0-port configs bind an ephemeral one), or undefined when off. */

@@ -306,6 +306,14 @@ export class MountManager {
     return await pending
   }
 
+  /** The manifests of every image mounted now (plain mounts, stacks and shared images). Sync. */
+  liveManifests (): Set<string> {
+    return new Set([...this.#mounts.values()].map(m => m.image.digest))
+  }
+
+  /** Where shared images and stacks are mounted (`<home>/images`). */
+  get sharedDir (): string { return this.#sharedDir }
+
   /** Unmount. Async. Throws NotFoundError when `mountpoint` is not a layerd mount. */
   async unmount (mountpoint: string): Promise<void> {
     const m = this.#get(mountpoint)
