@@ -37,7 +37,7 @@ import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
 import { collectNode } from './node-gc.js'
 import { createDaemonRegistry, serveMetrics } from '../metrics/daemon-metrics.js'
-import { observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
+import { MAX_SANDBOX_TIERS, observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
 import { HeldConnections } from '../holder/connection-keeper.js'
 
 export interface DaemonConfig {
@@ -229,7 +229,11 @@ export class LayerdDaemon {
         return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
       },
       publishTrace: async p => await mounts.publishTrace(p),
-      sandboxCreated: async p => { observeSandboxCreate(p.tier, p.seconds); return {} },
+      sandboxCreated: async p => {
+        if (!/^[a-z][a-z0-9-]{0,31}$/.test(p.tier)) throw new BadRequestError(`sandboxCreated: tier ${JSON.stringify(p.tier).slice(0, 60)} is not a tier name`)
+        if (!observeSandboxCreate(p.tier, p.seconds)) this.config.log(`sandboxCreated: more than ${MAX_SANDBOX_TIERS} tiers reported; ${p.tier} not recorded`)
+        return {}
+      },
       gcNode: async p => await collectNode({
         db: this.#db!, cache: this.#cache!, store: this.#stores!.get(p).store, liveManifests: mounts.liveManifests(), sharedDir: mounts.sharedDir, log: this.config.log
       }, { dryRun: p.dryRun === true }),

@@ -63,9 +63,17 @@ export const SANDBOX_CREATE_BUCKETS: readonly number[] = [0.01, 0.025, 0.05, 0.1
  */
 export const sandboxCreates = new Map<string, PlainHistogram>()
 
-/** Record one creation of `tier` that took `seconds`. Sync. */
-export function observeSandboxCreate (tier: string, seconds: number): void {
+/** At most this many tier series: a buggy client naming tiers at random cannot grow the exposition without bound. */
+export const MAX_SANDBOX_TIERS = 16
+
+/** Record one creation of `tier` that took `seconds`. Sync. Returns false (nothing recorded) past MAX_SANDBOX_TIERS distinct tiers. */
+export function observeSandboxCreate (tier: string, seconds: number): boolean {
   let h = sandboxCreates.get(tier)
-  if (h === undefined) { h = new PlainHistogram(SANDBOX_CREATE_BUCKETS); sandboxCreates.set(tier, h) }
+  if (h === undefined) {
+    if (sandboxCreates.size >= MAX_SANDBOX_TIERS) return false
+    h = new PlainHistogram(SANDBOX_CREATE_BUCKETS)
+    sandboxCreates.set(tier, h)
+  }
   h.observe(seconds)
+  return true
 }
