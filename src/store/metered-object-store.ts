@@ -13,11 +13,13 @@ import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export class MeteredObjectStore implements ObjectStore {
   readonly url: string
+  readonly remote: boolean
   readonly inner: ObjectStore
 
   constructor (inner: ObjectStore) {
     this.inner = inner
     this.url = inner.url
+    this.remote = inner.remote
   }
 
   async get (key: string): Promise<Buffer> { return await count('get', this.inner.get(key)) }
