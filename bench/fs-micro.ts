@@ -210,7 +210,7 @@ async function main (): Promise<void> {
   await mkdir(cacheDir)
   const cache = LmdbChunkCache.open(cacheDir, { maintenanceIntervalMs: 0, noSync: true })
   for (const [digest, data] of fx.image.chunks) await cache.put(digest, data, { verified: true })
-  const fetcher = new ChunkFetcher({ url: 'memory://none', getRange: async () => { throw new Error('a warm benchmark must not fetch') } }, cache)
+  const fetcher = new ChunkFetcher({ url: 'memory://none', remote: false, getRange: async () => { throw new Error('a warm benchmark must not fetch') } }, cache)
   const subjects = {
     memory: await mountLayerd(fresh(), fx.image, warm(fx.image)),
     lmdb: await mountLayerd(fresh(), fx.image, new MountChunkReader(fetcher, 'memory://none', {

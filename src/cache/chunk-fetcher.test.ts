@@ -14,9 +14,10 @@ import { MemoryChunkCache } from './memory-chunk-cache.js'
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex')
 
 /** A real MemoryObjectStore with a record of every range GET, and faults on demand. */
-class CountingStore implements Pick<ObjectStore, 'getRange' | 'url'> {
+class CountingStore implements Pick<ObjectStore, 'getRange' | 'url' | 'remote'> {
   readonly inner = new MemoryObjectStore('fetcher-test')
   readonly url = this.inner.url
+  readonly remote = false
   readonly calls: Array<{ key: string, offset: number, length: number }> = []
   delayMs = 0
   failWith: Error | undefined

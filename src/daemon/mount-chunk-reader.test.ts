@@ -23,6 +23,7 @@ const CHUNK_32KIB = 32 * 1024
 class RecordingStore {
   readonly inner = new MemoryObjectStore('fs-fetcher-test')
   readonly url = this.inner.url
+  readonly remote = false
   readonly gets: Array<{ key: string, offset: number, length: number }> = []
   failWith: Error | undefined
 

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { join } from 'node:path'
 import { writeFile } from 'node:fs/promises'
-import { BadInputError, LimitExceededError, StoreUnavailableError } from '../errors.js'
+import { BadInputError, LayerdError, LimitExceededError, StoreUnavailableError } from '../errors.js'
 import { BROKEN_LAYERS, gzipBomb, writeOciLayoutMissingLayer } from '../../fixtures/broken.js'
 import { dir, file, hardlink, sampleLayerEntries, writeLayerTar, buildLayerTar, largeFile } from '../../fixtures/layer-dsl.js'
 import { parseRef } from '../format/ref.js'
@@ -86,6 +86,8 @@ for (const fixture of BROKEN_LAYERS) {
     if (fixture.expect === 'reject') {
       const err = await run.then(() => undefined, (e: Error) => e)
       t.ok(err instanceof BadInputError || err instanceof LimitExceededError, `${err?.constructor.name}: ${err?.message}`)
+      t.equal((err as LayerdError | undefined)?.code, fixture.reason?.code, `code ${fixture.reason?.code ?? '(no reason recorded)'}`)
+      t.match(err?.message ?? '', fixture.reason?.message ?? /^$ no reason recorded/, 'refused for its own reason')
       t.match(err?.message ?? '', path, 'the message names the input')
       t.notMatch(err?.message ?? '', /\n/, 'one line')
       t.equal(await readRef(store, ref), undefined, 'no ref written')

@@ -13,14 +13,14 @@ import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export class MeteredObjectStore implements ObjectStore {
   readonly url: string
-  readonly inner: ObjectStore
   /** The inner store's: readahead is chosen by it (daemon/blob-neighbours.ts). */
   readonly remote: boolean
+  readonly inner: ObjectStore
 
   constructor (inner: ObjectStore) {
     this.inner = inner
     this.url = inner.url
-    this.remote = inner.remote === true
+    this.remote = inner.remote
   }
 
   async get (key: string): Promise<Buffer> { return await count('get', this.inner.get(key)) }

@@ -37,9 +37,12 @@ export interface ObjectStore {
   /**
    * A capability: true when a read costs a network round trip (S3), so
    * readers should ask for more per request (blob-neighbour readahead);
-   * absent or false for a local store. Decorators report their inner store's.
+   * false for a local store. Decorators report their inner store's. Not
+   * optional, so that a decorator that forgets to pass it on does not
+   * compile (MeteredObjectStore once did, and the daemon read S3 with the
+   * local readahead).
    */
-  readonly remote?: boolean
+  readonly remote: boolean
 
   /**
    * The whole object. Async. The returned buffer is owned by the caller.

@@ -47,6 +47,21 @@ t.test('openStore() wraps the backend for the URL in RetryingObjectStore', async
   await s3Store.close()
 })
 
+t.test('openStore() reports the backend\'s remote capability through every decorator, as the daemon opens it', async t => {
+  // The daemon opens its stores metered and retrying (store-pool.ts); chunk readahead is chosen by
+  // this capability (blob-neighbours.ts), so a decorator that dropped it made S3 reads local-sized.
+  const file = pathToFileURL(t.testdir()).href
+  for (const options of [{}, { metered: true }, { retry: false as const }, { metered: true, retry: false as const }]) {
+    const label = JSON.stringify(options)
+    const s3 = openStore('s3://bkt/x', { ...options, s3Endpoint: 'http://127.0.0.1:9' })
+    t.equal(s3.remote, true, `s3:// ${label}: remote`)
+    const fs = openStore(file, options)
+    t.equal(fs.remote, false, `file:// ${label}: local`)
+    await s3.close()
+    await fs.close()
+  }
+})
+
 t.test('openStore() rejects a malformed S3 endpoint with UsageError', async t => {
   t.throws(() => openStore('s3://bkt', { s3Endpoint: 'localhost:9000' }), { name: 'UsageError', message: /invalid S3 endpoint "localhost:9000"/ })
   t.throws(() => openStore('s3://bkt', { s3Endpoint: 'ftp://x' }), UsageError)

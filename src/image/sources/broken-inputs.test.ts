@@ -17,7 +17,7 @@ async function drain (src: ImageSource): Promise<number> {
   return entries
 }
 
-t.test('openImageSource() rejects every named broken layer (fixtures/broken.ts) with a one-line error naming input and layer', async t => {
+t.test('openImageSource() rejects every named broken layer (fixtures/broken.ts) with a one-line error naming input, layer and its own reason', async t => {
   const dir = t.testdir({})
   for (const fixture of BROKEN_LAYERS) {
     const path = join(dir, `${fixture.name}.${fixture.compression}`)
@@ -33,6 +33,8 @@ t.test('openImageSource() rejects every named broken layer (fixtures/broken.ts) 
     t.type(err, LayerdError, `${fixture.name}: ${fixture.description}`)
     const message = (err as Error).message
     t.match(message, new RegExp(`^tar ${path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}, layer 1 of 1 \\(`), `${fixture.name}: names the input and layer`)
+    t.equal((err as LayerdError).code, fixture.reason?.code, `${fixture.name}: code ${fixture.reason?.code ?? '(no reason recorded)'}`)
+    t.match(message.slice(message.indexOf('): ') + 3), fixture.reason?.message ?? /^$ no reason recorded/, `${fixture.name}: refused for its own reason`)
     t.notMatch(message, /\n/, `${fixture.name}: one line`)
     t.comment(`${fixture.name}: ${message.slice(message.indexOf('): ') + 3)}`)
   }

@@ -1,12 +1,16 @@
 /**
  * The pure parts of a VM's set-up: QEMU argv, guest command line, the
- * Firecracker config and the overlay size for a quota.
+ * Firecracker config; and the overlay size for a quota, checked against a
+ * real ext4 grown by e2fsprogs.
  */
 import t from 'tap'
-import type { Ext4Superblock } from '../../format/ext4-superblock.js'
+import { copyFile, rm, stat, truncate } from 'node:fs/promises'
+import { join } from 'node:path'
 import { firecrackerConfig } from './firecracker-config.js'
 import { guestCmdline, qemuArgs, type QemuVmConfig } from './qemu-args.js'
-import { planOverlay } from './vm-disks.js'
+import { planOverlay, readSuperblock } from './vm-disks.js'
+import { buildBlockView } from '../../blockview/block-view-builder.js'
+import { runHost } from '../../host/host-command.js'
 
 const MIB = 1024 * 1024
 const base: QemuVmConfig = {
@@ -56,15 +60,27 @@ t.test('firecrackerConfig() names kernel, initrd, boot args, drives, machine and
   })
 })
 
-t.test('planOverlay() makes the guest\'s free space the quota, metadata of the added groups included', async t => {
-  const sb: Ext4Superblock = {
-    blockSize: 4096, blocksCount: 46592, freeBlocks: 1700, inodesCount: 10208, freeInodes: 1970, inodeSize: 256,
-    blocksPerGroup: 32768, inodesPerGroup: 5104, uuid: 'u', volumeName: 'layerd', sizeBytes: 46592 * 4096, freeBytes: 1700 * 4096, hasJournal: false
+t.test('planOverlay() sizes the disk so that a real ext4 grown into it (resize2fs) has the quota free, and little more', async t => {
+  // Independent of the plan's own estimate: a real block view (mkfs.ext4 -d,
+  // as images get), copied, grown to the planned size and resized by
+  // e2fsprogs, then its free blocks read back from its superblock.
+  const dir = t.testdir({ tree: { etc: { data: 'x'.repeat(100_000) } } })
+  const raw = join(dir, 'disk.raw')
+  await buildBlockView(join(dir, 'tree'), { out: raw, uuidSeed: 'plan-overlay', headroomBytes: 4 * MIB })
+  const sb = await readSuperblock(raw)
+  const rawBytes = (await stat(raw)).size
+  t.ok(sb.freeBytes < 16 * MIB, `the block view itself has ${(sb.freeBytes / MIB).toFixed(2)} MiB free: every quota below needs growth`)
+  for (const quota of [16 * MIB, 64 * MIB, 200 * MIB, 1024 * MIB]) {
+    const plan = planOverlay(sb, rawBytes, quota)
+    t.equal(plan.virtualBytes % MIB, 0, `quota ${quota / MIB} MiB: the disk is whole MiB`)
+    const grown = join(dir, `grown-${quota / MIB}.raw`)
+    await copyFile(raw, grown)
+    await truncate(grown, plan.virtualBytes)
+    await runHost('resize2fs', ['-f', grown])
+    const free = (await readSuperblock(grown)).freeBytes
+    t.ok(free >= quota && free < quota + 4 * MIB,
+      `quota ${quota / MIB} MiB → a ${plan.virtualBytes / MIB} MiB disk whose ext4, grown by resize2fs, has ${(free / MIB).toFixed(2)} MiB free`)
+    await rm(grown)
   }
-  for (const quota of [16 * MIB, 64 * MIB, 1024 * MIB]) {
-    const p = planOverlay(sb, sb.sizeBytes, quota)
-    t.ok(p.guestFreeBytes >= quota && p.guestFreeBytes < quota + 2 * MIB, `quota ${quota / MIB} MiB → ${(p.guestFreeBytes / MIB).toFixed(2)} MiB free in a ${(p.virtualBytes / MIB).toFixed(0)} MiB disk`)
-  }
-  const small = planOverlay(sb, sb.sizeBytes, MIB)
-  t.equal(small.virtualBytes, Math.ceil(sb.sizeBytes / MIB) * MIB, 'a quota below the free space keeps the block view\'s size')
+  t.equal(planOverlay(sb, rawBytes, MIB).virtualBytes, Math.ceil(rawBytes / MIB) * MIB, 'a quota below the free space keeps the block view\'s size')
 })
