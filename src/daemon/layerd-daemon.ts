@@ -229,7 +229,7 @@ export class LayerdDaemon {
         if (p.settle === true) await this.#settler!.settle()
         if (p.reclaim === true) {
           if (this.#reclaimer === undefined) throw new UsageError('memory reclaim: reclaim is off in this daemon (--memory-target off)')
-          await this.#reclaimer.reclaim(0) // now: every file read since the last pass loses its page cache
+          await this.#reclaimer.reclaim(0, true) // now: every file read since the last pass loses its page cache
         }
         return this.#memory()
       },

@@ -5,10 +5,11 @@
  * page cache included) and PSI; when use is over `targetBytes`, or PSI says
  * tasks stalled on memory (`some avg10` ≥ `psiThreshold`), it runs one pass:
  *   1. the daemon's own memory: a settle (decoded-chunk LRU, read buffers,
- *      the lmdb map's pages unmapped from the daemon, GC, malloc_trim);
- *   2. the chunk cache file's page cache (POSIX_FADV_DONTNEED on lmdb's
- *      data.mdb, after step 1 unmapped it; lmdb's own mapping keeps nothing
- *      alive). A hot read never touches it: it is served from the image
+ *      GC, malloc_trim), at most once per `settleEveryMs` (a settle blocks the
+ *      event loop for a GC: 10–150 ms);
+ *   2. the chunk cache file's page cache: its pages unmapped from the daemon
+ *      (MADV_DONTNEED on lmdb's read-only map), then POSIX_FADV_DONTNEED on
+ *      data.mdb. A hot read never touches it: it is served from the image
  *      file's page cache on the mount, so this costs only the mount's misses;
  *   3. the page cache of image files no sandbox has made the kernel read for
  *      `coldMs` (FUSE_NOTIFY_INVAL_INODE through our kernel FUSE server,
@@ -42,7 +43,9 @@ export interface MemoryReclaimerOptions {
   cacheFiles: () => string[]
   /** Image files not read for this long lose their page cache at a pass. Default 5000 ms. */
   coldMs?: number
-  /** How often pressure is read. Default 1000 ms. */
+  /** A pass settles the daemon at most this often. Default 2000 ms. */
+  settleEveryMs?: number
+  /** How often pressure is read. Default 250 ms. */
   intervalMs?: number
   /** PSI `some avg10` (percent) that counts as pressure even under the target. Default 1. */
   psiThreshold?: number
@@ -64,18 +67,21 @@ export interface ReclaimStats {
 }
 
 export const DEFAULT_RECLAIM_COLD_MS = 5000
-const DEFAULT_INTERVAL_MS = 1000
+const DEFAULT_SETTLE_EVERY_MS = 2000
+const DEFAULT_INTERVAL_MS = 250
 const DEFAULT_PSI_THRESHOLD = 1
 
 export class MemoryReclaimer {
   readonly #o: Required<Omit<MemoryReclaimerOptions, 'log'>> & { log: (line: string) => void }
   readonly #timer: NodeJS.Timeout
   #running: Promise<void> | undefined
+  #lastSettle = -Infinity
   readonly stats: ReclaimStats
 
   constructor (options: MemoryReclaimerOptions) {
     this.#o = {
       coldMs: DEFAULT_RECLAIM_COLD_MS,
+      settleEveryMs: DEFAULT_SETTLE_EVERY_MS,
       intervalMs: DEFAULT_INTERVAL_MS,
       psiThreshold: DEFAULT_PSI_THRESHOLD,
       log: () => {},
@@ -99,15 +105,18 @@ export class MemoryReclaimer {
   }
 
   /** One pass now (whatever the pressure). Concurrent calls share it. Never rejects (failures are logged). */
-  async reclaim (coldMs = this.#o.coldMs): Promise<void> {
-    this.#running ??= this.#pass(coldMs).finally(() => { this.#running = undefined })
+  async reclaim (coldMs = this.#o.coldMs, settle = false): Promise<void> {
+    this.#running ??= this.#pass(coldMs, settle).finally(() => { this.#running = undefined })
     await this.#running
   }
 
-  async #pass (coldMs: number): Promise<void> {
+  async #pass (coldMs: number, settle: boolean): Promise<void> {
     const started = performance.now()
     const before = this.#o.gauge.read().usedBytes
-    await this.#o.settle()
+    if (settle || started - this.#lastSettle >= this.#o.settleEveryMs) {
+      this.#lastSettle = started
+      await this.#o.settle()
+    }
     for (const file of this.#o.cacheFiles()) dropFilePageCache(file, this.#o.log)
     const dropped = await dropColdPageCache(coldMs)
     const s = this.stats
@@ -125,12 +134,14 @@ export class MemoryReclaimer {
   }
 }
 
-/** POSIX_FADV_DONTNEED on the whole of `file` (clean, unmapped pages leave the page cache). Logs failures. */
+/** Unmap `file`'s read-only shared maps from this process, then POSIX_FADV_DONTNEED on all of it (clean, unmapped pages leave the page cache). Logs failures. */
 function dropFilePageCache (file: string, log: (line: string) => void): void {
   let fd: number | undefined
   try {
+    const native = nativeMemory()
+    native.adviseMappedFile(file, 'unmap')
     fd = openSync(file, 'r')
-    nativeMemory().fadviseDontNeed(fd, 0, 0)
+    native.fadviseDontNeed(fd, 0, 0)
   } catch (err) {
     log(`reclaim: cannot drop the page cache of ${file}: ${(err as Error).message}`)
   } finally {
