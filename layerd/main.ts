@@ -28,7 +28,7 @@ import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/la
 import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
-import { parseMetricsAddr } from '../src/metrics/daemon-metrics.js'
+import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
 import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
 import { nativeMemory } from '../src/native.js'

@@ -37,7 +37,6 @@ import { MemoryReclaimer } from './memory-reclaimer.js'
 import { memoryGauge } from '../host/memory-pressure.js'
 import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool } from './store-pool.js'
-import { createDaemonRegistry, serveMetrics } from '../metrics/daemon-metrics.js'
 import { HeldConnections } from '../holder/connection-keeper.js'
 
 export interface DaemonConfig {
@@ -157,6 +156,8 @@ export class LayerdDaemon {
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
       if (this.config.metricsAddr !== undefined) {
         const db = this.#db
+        // prom-client and the registry are loaded only when metrics are on (idle RSS).
+        const { createDaemonRegistry, serveMetrics } = await import('../metrics/daemon-metrics.js')
         const registry = createDaemonRegistry({ nodeStats: () => this.#nodeStats(), sandboxes: () => this.config.sandboxStates?.(db) ?? [] })
         this.#metrics = await serveMetrics(registry, this.config.metricsAddr, log)
       }
