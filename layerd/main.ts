@@ -5,12 +5,15 @@
  * src/runtime/ and containerd's snapshotter of src/snapshotter/ plugged in),
  * then serve until SIGTERM.
  *
- *   layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground]
+ *   layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--no-restore] [--foreground]
  *          [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]
  *
  * --metrics-addr (env LAYERD_METRICS_ADDR) serves Prometheus metrics on
  * GET /metrics (src/metrics/); off unless set. LAYERD_LOG_FORMAT and
  * LAYERD_LOG_LEVEL are the defaults of the two log flags.
+ * --memory-target (env LAYERD_MEMORY_TARGET): proactive reclaim above that
+ * memory use where layerd is charged (src/daemon/memory-reclaimer.ts); on by
+ * default at half the limit; `off` turns it off.
  *
  * Without --foreground it starts itself in the background and returns once
  * the control socket answers. Exit codes: see LAYERD_EXIT.
@@ -25,7 +28,7 @@ import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/la
 import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
-import { parseMetricsAddr } from '../src/metrics/daemon-metrics.js'
+import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
 import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
 import { nativeMemory } from '../src/native.js'
@@ -42,6 +45,7 @@ async function main (): Promise<number> {
       options: {
         home: { type: 'string' },
         'cache-size': { type: 'string' },
+        'memory-target': { type: 'string' },
         'no-restore': { type: 'boolean' },
         foreground: { type: 'boolean' },
         'metrics-addr': { type: 'string' },
@@ -51,11 +55,11 @@ async function main (): Promise<number> {
       }
     }))
   } catch (err) {
-    console.error(`layerd: ${describeError(err)}; usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]`)
+    console.error(`layerd: ${describeError(err)}; usage: layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]`)
     return LAYERD_EXIT.USAGE
   }
   if (values.help === true) {
-    console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]')
+    console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]')
     return LAYERD_EXIT.OK
   }
   const settings = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
@@ -64,6 +68,12 @@ async function main (): Promise<number> {
   const cacheBytes = cacheSizeFlag === 'unlimited' ? Infinity : parseSize(cacheSizeFlag)
   if (cacheBytes === undefined) {
     console.error(`layerd: invalid --cache-size ${JSON.stringify(cacheSizeFlag)}: use a size such as 20G, or unlimited`)
+    return LAYERD_EXIT.USAGE
+  }
+  const memoryTargetFlag = values['memory-target'] ?? settings.memoryTarget
+  const memoryTarget = memoryTargetFlag === undefined ? 'default' : memoryTargetFlag === 'off' ? null : parseSize(memoryTargetFlag)
+  if (memoryTarget === undefined) {
+    console.error(`layerd: invalid --memory-target ${JSON.stringify(memoryTargetFlag)} (or LAYERD_MEMORY_TARGET): use a size such as 2G, or off`)
     return LAYERD_EXIT.USAGE
   }
   const metricsAddr = values['metrics-addr'] ?? (process.env.LAYERD_METRICS_ADDR === '' ? undefined : process.env.LAYERD_METRICS_ADDR)
@@ -76,7 +86,7 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.USAGE
   }
   if (values.foreground !== true) {
-    const args = ['--cache-size', cacheSizeFlag, ...(values['no-restore'] === true ? ['--no-restore'] : []),
+    const args = ['--cache-size', cacheSizeFlag, ...(memoryTargetFlag === undefined ? [] : ['--memory-target', memoryTargetFlag]), ...(values['no-restore'] === true ? ['--no-restore'] : []),
       ...(metricsAddr === undefined ? [] : ['--metrics-addr', metricsAddr]),
       ...(values['log-format'] === undefined ? [] : ['--log-format', values['log-format']]),
       ...(values['log-level'] === undefined ? [] : ['--log-level', values['log-level']])]
@@ -100,6 +110,7 @@ async function main (): Promise<number> {
     home,
     cacheBytes,
     restoreMounts: values['no-restore'] !== true,
+    memoryTarget,
     mounts: { stacks: settings.stacks, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
     log,
     ...(metricsAddr === undefined ? {} : { metricsAddr }),

@@ -25,6 +25,11 @@
 //   fuseServerReply(server, unique, buffer, length)   READ data
 //   fuseServerReplyError(server, unique, errno)       READ failed (errno > 0)
 //   fuseServerCounters(server) -> { requests, reads, ... }
+//   fuseServerInvalidate(server, nodeids: Uint32Array) -> Promise<number>
+//     FUSE_NOTIFY_INVAL_INODE for each node: the kernel drops its cached
+//     pages (proactive reclaim, src/daemon/memory-reclaimer.ts). Written on a
+//     libuv worker, never on the JS thread: the kernel waits for pages under
+//     read, whose READ replies come from the JS thread.
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -775,6 +780,85 @@ static napi_value js_fd(napi_env env, napi_callback_info info) {
   return v;
 }
 
+// ---- invalidation (FUSE_NOTIFY_INVAL_INODE) -----------------------------
+
+typedef struct {
+  int fd;  // a dup of the connection's fd: the server may end while the work runs
+  uint32_t *nodeids;
+  uint32_t count, done;
+  int error;
+  napi_deferred deferred;
+  napi_async_work work;
+} invalidation;
+
+static void invalidate_execute(napi_env env, void *data) {
+  (void)env;
+  invalidation *w = data;
+  for (uint32_t i = 0; i < w->count; i++) {
+    struct { struct fuse_out_header h; struct fuse_notify_inval_inode_out a; } msg;
+    memset(&msg, 0, sizeof msg);
+    msg.h.len = sizeof msg;
+    msg.h.error = FUSE_NOTIFY_INVAL_INODE;
+    msg.a.ino = w->nodeids[i];
+    msg.a.off = 0;
+    msg.a.len = 0;  // 0: to the end of the file (the kernel's reading: off..end)
+    ssize_t n = write(w->fd, &msg, sizeof msg);
+    if (n == (ssize_t)sizeof msg) { w->done++; continue; }
+    if (n < 0 && errno == ENOENT) continue;  // the kernel no longer has that inode: nothing cached
+    w->error = n < 0 ? errno : EIO;
+    break;  // ENODEV: the connection ended
+  }
+}
+
+static void invalidate_complete(napi_env env, napi_status status, void *data) {
+  invalidation *w = data;
+  napi_value v;
+  if (status == napi_ok && (w->error == 0 || w->error == ENODEV)) {
+    napi_create_uint32(env, w->done, &v);
+    napi_resolve_deferred(env, w->deferred, v);
+  } else {
+    napi_value msg, code;
+    napi_create_string_utf8(env, strerror(w->error != 0 ? w->error : EIO), NAPI_AUTO_LENGTH, &msg);
+    napi_create_string_utf8(env, "ERR_FUSE_NOTIFY", NAPI_AUTO_LENGTH, &code);
+    napi_create_error(env, code, msg, &v);
+    napi_reject_deferred(env, w->deferred, v);
+  }
+  napi_delete_async_work(env, w->work);
+  close(w->fd);
+  free(w->nodeids);
+  free(w);
+}
+
+// fuseServerInvalidate(server, nodeids: Uint32Array) -> Promise<number of notifications the kernel took>
+static napi_value js_invalidate(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2], promise, name;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  server *s = argc == 2 ? get_server(env, argv[0]) : NULL;
+  napi_typedarray_type type;
+  size_t length;
+  void *ids;
+  if (s == NULL || napi_get_typedarray_info(env, argv[1], &type, &length, &ids, NULL, NULL) != napi_ok || type != napi_uint32_array) {
+    return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerInvalidate(server, nodeids: Uint32Array)");
+  }
+  invalidation *w = calloc(1, sizeof *w);
+  if (w == NULL) return throw_msg(env, "ERR_FUSE_NOTIFY", "out of memory");
+  w->nodeids = malloc(length * sizeof(uint32_t) + 1);
+  w->fd = dup(s->fd);
+  if (w->nodeids == NULL || w->fd < 0) {
+    if (w->fd >= 0) close(w->fd);
+    free(w->nodeids); free(w);
+    return throw_msg(env, "ERR_FUSE_NOTIFY", strerror(errno));
+  }
+  memcpy(w->nodeids, ids, length * sizeof(uint32_t));
+  w->count = (uint32_t)length;
+  napi_create_promise(env, &w->deferred, &promise);
+  napi_create_string_utf8(env, "fuseServerInvalidate", NAPI_AUTO_LENGTH, &name);
+  napi_create_async_work(env, NULL, name, invalidate_execute, invalidate_complete, w, &w->work);
+  napi_queue_async_work(env, w->work);
+  return promise;
+}
+
 void fuse_server_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "fuseServerMount", 0, js_mount, 0, 0, 0, napi_default, 0 },
@@ -784,6 +868,7 @@ void fuse_server_register(napi_env env, napi_value exports) {
     { "fuseServerReply", 0, js_reply, 0, 0, 0, napi_default, 0 },
     { "fuseServerReplyError", 0, js_reply_error, 0, 0, 0, napi_default, 0 },
     { "fuseServerCounters", 0, js_counters, 0, 0, 0, napi_default, 0 },
+    { "fuseServerInvalidate", 0, js_invalidate, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

@@ -123,6 +123,14 @@ export interface NativeFuseServerBinding {
   /** `errno` positive. */
   fuseServerReplyError (server: NativeFuseServer, unique: bigint, errno: number): void
   fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
+  /**
+   * FUSE_NOTIFY_INVAL_INODE (whole file) for each node id: the kernel drops
+   * its cached pages of those files. Written on a libuv worker (the kernel
+   * waits for pages under read, whose replies come from the JS thread).
+   * Resolves with the notifications taken (a node the kernel forgot is
+   * skipped; an ended connection stops early); rejects (code ERR_FUSE_NOTIFY) on another error.
+   */
+  fuseServerInvalidate (server: NativeFuseServer, nodeids: Uint32Array): Promise<number>
 }
 
 const ADDON_RELATIVE_PATH = 'native/build/Release/layerd_native.node'

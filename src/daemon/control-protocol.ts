@@ -68,7 +68,7 @@ export const CONTROL_PARAMS = {
   sandboxCreated: { tier: 'string', seconds: 'number' },
   pull: { image: 'string', all: 'boolean?', ...STORE },
   export: { image: 'string', tarFile: 'path?', directory: 'path?', ...STORE },
-  memory: { settle: 'boolean?' },
+  memory: { settle: 'boolean?', reclaim: 'boolean?' },
   shutdown: {}
 } as const satisfies Record<string, Readonly<Record<string, FieldSpec>>>
 
@@ -149,6 +149,18 @@ export interface DaemonMemoryResult {
   /** glibc's mallinfo2 (absent without the native addon). */
   malloc?: { arenaBytes: number, mmapBytes: number, inUseBytes: number, freeBytes: number, topReleasableBytes: number }
   settle: { settles: number, lastSettleAt?: string, lastRssBeforeBytes?: number, lastRssAfterBytes?: number, lastSettleMs?: number }
+  /** Proactive reclaim (memory-reclaimer.ts); absent when off (`--memory-target off`). */
+  reclaim?: {
+    targetBytes: number
+    gauge: string
+    passes: number
+    filesDropped: number
+    lastPassAt?: string
+    lastPassMs?: number
+    lastUsedBeforeBytes?: number
+    lastUsedAfterBytes?: number
+    lastReading?: { usedBytes: number, limitBytes: number, psiSomeAvg10: number | undefined }
+  }
 }
 /** One mount's counters (`stats` with a mountpoint). */
 export type MountStatsResult = MountStats & { cache: CacheCounters }

@@ -18,7 +18,7 @@
  */
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { PullIncompleteError } from '../errors.js'
+import { PullIncompleteError, UsageError } from '../errors.js'
 import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import type { ExportTarget } from '../materialize/export-image.js'
@@ -33,10 +33,11 @@ import { MountManager, allChunks, type MountOptions } from './mount-manager.js'
 import type { BlockViews } from './block-views.js'
 import { readDaemonMemory } from './memory-report.js'
 import { MemorySettler } from './memory-settler.js'
+import { MemoryReclaimer } from './memory-reclaimer.js'
+import { memoryGauge } from '../host/memory-pressure.js'
 import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
 import { collectNode } from './node-gc.js'
-import { createDaemonRegistry, serveMetrics } from '../metrics/daemon-metrics.js'
 import { MAX_SANDBOX_TIERS, observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
 import { HeldConnections } from '../holder/connection-keeper.js'
 
@@ -49,6 +50,12 @@ export interface DaemonConfig {
   log: (line: string) => void
   /** How images are mounted (stacks, FUSE backend): settings resolved by layerd/main.ts. */
   mounts?: MountOptions
+  /**
+   * Proactive reclaim (memory-reclaimer.ts): the memory use, in bytes, above
+   * which layerd frees what it put in memory; 'default' for half of the
+   * limit where the daemon is charged (its cgroup's, or the node's); null: off.
+   */
+  memoryTarget?: number | 'default' | null
   /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
   lockWaitMs?: number
   /**
@@ -97,6 +104,7 @@ export class LayerdDaemon {
   #mounts: MountManager | undefined
   #blockViews: Promise<BlockViews> | undefined
   #settler: MemorySettler | undefined
+  #reclaimer: MemoryReclaimer | undefined
   #server: ControlServer | undefined
   #keeper: HeldConnections | undefined
   readonly #services: DaemonService[] = []
@@ -139,6 +147,7 @@ export class LayerdDaemon {
       })
       this.#settler.onRelease(() => cache.releaseMemory())
       this.#settler.onRelease(() => releaseReadBuffers())
+      this.#reclaimer = this.#startReclaimer(cache.mapFile)
       const kept = this.#keeper?.availableCount ?? 0
       const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
@@ -149,6 +158,8 @@ export class LayerdDaemon {
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
       if (this.config.metricsAddr !== undefined) {
         const db = this.#db
+        // prom-client and the registry are loaded only when metrics are on (idle RSS).
+        const { createDaemonRegistry, serveMetrics } = await import('../metrics/daemon-metrics.js')
         const registry = createDaemonRegistry({ nodeStats: () => this.#nodeStats(), sandboxes: () => this.config.sandboxStates?.(db) ?? [] })
         this.#metrics = await serveMetrics(registry, this.config.metricsAddr, log)
       }
@@ -182,6 +193,7 @@ export class LayerdDaemon {
       await this.#metrics?.close()
       for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
       this.#settler?.close()
+      this.#reclaimer?.close()
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
@@ -241,6 +253,10 @@ export class LayerdDaemon {
       export: async p => await this.#export(p),
       memory: async p => {
         if (p.settle === true) await this.#settler!.settle()
+        if (p.reclaim === true) {
+          if (this.#reclaimer === undefined) throw new UsageError('memory reclaim: reclaim is off in this daemon (--memory-target off)')
+          await this.#reclaimer.reclaim(0, true) // now: every file read since the last pass loses its page cache
+        }
         return this.#memory()
       },
       shutdown: async () => {
@@ -295,7 +311,17 @@ export class LayerdDaemon {
 
   /** The daemon's memory and its settler's counters (`stats`, `memory`). */
   #memory (): DaemonMemoryResult {
-    return { ...readDaemonMemory(), settle: { ...this.#settler!.stats } }
+    return { ...readDaemonMemory(), settle: { ...this.#settler!.stats }, ...(this.#reclaimer === undefined ? {} : { reclaim: { ...this.#reclaimer.stats } }) }
+  }
+
+  /** The reclaimer for config.memoryTarget (undefined when off), with this daemon's settle and cache file. */
+  #startReclaimer (cacheFile: string): MemoryReclaimer | undefined {
+    const target = this.config.memoryTarget ?? 'default'
+    if (target === null) return undefined
+    const gauge = memoryGauge()
+    const targetBytes = target === 'default' ? Math.floor(gauge.read().limitBytes / 2) : target
+    this.config.log(`memory: reclaim above ${Math.round(targetBytes / 2 ** 20)} MiB (${gauge.source})`)
+    return new MemoryReclaimer({ gauge, targetBytes, settle: async () => await this.#settler!.settle(), cacheFiles: () => [cacheFile], log: this.config.log })
   }
 
   /** The block views, their module (ext4 builder, push) loaded on first use. */

@@ -203,6 +203,7 @@ export function adoptKernelFuse (mountpoint: string, context: KernelFuseContext,
     throw new UsageError(`cannot take over ${mountpoint}: ${describeError(err)}`, { cause: err })
   }
   reads.server = server
+  reads.live()
   const resendError = native.fuseServerInit(server).resendError
   if (resendError !== null) context.log(`take over ${mountpoint}: FUSE_NOTIFY_RESEND failed (${resendError}): requests the dead daemon had read are not answered`)
   return servedMount(native, server, mountpoint, true, keeper)
@@ -228,6 +229,36 @@ function servedMount (native: NativeFuseServerBinding, server: NativeFuseServer,
   }
 }
 
+/** Every kernel-backed mount this process serves, for dropColdPageCache(). */
+const liveServers = new Set<ReadServer>()
+
+/** What one dropColdPageCache() did. */
+export interface PageCacheDrop {
+  /** Mounts looked at, and files whose cached pages the kernel was told to drop. */
+  mounts: number
+  files: number
+}
+
+/**
+ * Proactive reclaim of the page cache of image files (src/daemon/memory-reclaimer.ts):
+ * for every kernel-backed mount, FUSE_NOTIFY_INVAL_INODE on each file that
+ * has been read since its last drop but not in the last `coldMs`. The
+ * kernel drops those files' clean pages; a later read misses once and is
+ * served again from the chunk cache. Only READs the kernel sends (page-cache
+ * misses) count as reads: a file read wholly from the page cache looks cold.
+ * Async; a connection that ended is skipped.
+ */
+export async function dropColdPageCache (coldMs: number): Promise<PageCacheDrop> {
+  const now = performance.now()
+  let files = 0
+  let mounts = 0
+  for (const reads of liveServers) {
+    mounts++
+    files += await reads.dropCold(now - coldMs)
+  }
+  return { mounts, files }
+}
+
 /** READ requests: FileReader into a buffer, the reply straight to /dev/fuse. */
 class ReadServer {
   /** Set once the mount exists; no READ arrives before. */
@@ -237,6 +268,8 @@ class ReadServer {
   readonly #context: KernelFuseContext
   readonly #table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>
   readonly #bufferBytes: number
+  /** Node id → when the kernel last asked for its data (performance.now()); cleared when its pages are dropped. */
+  readonly #lastRead = new Map<number, number>()
 
   constructor (native: NativeFuseServerBinding, context: KernelFuseContext, table: Pick<KernelFuseTable, 'inodes' | 'pathOf'>, bufferBytes: number) {
     this.#native = native
@@ -252,14 +285,34 @@ class ReadServer {
   onEvent (initDone: () => void, closed: () => void): NativeFuseEvent {
     return (kind, unique, nodeid, offset, size) => {
       if (kind === EVENT_READ) this.read(unique, nodeid, offset, size)
-      else if (kind === EVENT_INIT) initDone()
-      else if (kind === EVENT_CLOSED) closed() // after INIT this settles nothing
+      else if (kind === EVENT_INIT) { liveServers.add(this); initDone() }
+      else if (kind === EVENT_CLOSED) { liveServers.delete(this); closed() } // after INIT this settles nothing
+    }
+  }
+
+  /** Served (a takeover gets no INIT event). */
+  live (): void { liveServers.add(this) }
+
+  /** Tell the kernel to drop the pages of files last read before `before`. Resolves with how many. */
+  async dropCold (before: number): Promise<number> {
+    const cold: number[] = []
+    for (const [nodeid, at] of this.#lastRead) {
+      if (at < before) cold.push(nodeid)
+    }
+    if (cold.length === 0) return 0
+    for (const nodeid of cold) this.#lastRead.delete(nodeid)
+    try {
+      return await this.#native.fuseServerInvalidate(this.server, Uint32Array.from(cold))
+    } catch (err) {
+      this.#context.log(`reclaim: cannot drop the page cache of ${cold.length} file(s): ${describeError(err)}`)
+      return 0
     }
   }
 
   read (unique: bigint, nodeid: number, offset: number, size: number): void {
     const inode = this.#table.inodes[nodeid]
     if (inode === undefined) { this.#native.fuseServerReplyError(this.server, unique, ENOENT); return }
+    this.#lastRead.set(nodeid, performance.now())
     const buf = this.#spare.pop() ?? Buffer.allocUnsafeSlow(Math.max(this.#bufferBytes, size))
     const { files, boundary } = this.#context
     let result: number | Promise<number>

@@ -12,7 +12,7 @@
  */
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import { UsageError } from '../errors.js'
+import { parseMetricsAddr } from './metrics-addr.js'
 import { fuseReads, sandboxCreates, SANDBOX_CREATE_BUCKETS, storeRequests, STORE_OPS, STORE_RESULTS, type PlainHistogram } from './counters.js'
 
 /** What the daemon gives the registry to read at scrape time. */
@@ -122,13 +122,7 @@ export function createDaemonRegistry (sources: MetricSources): Registry {
   return registry
 }
 
-/** Parse `HOST:PORT` (IPv6 as `[::1]:9464`). Throws UsageError naming the value. */
-export function parseMetricsAddr (addr: string): { host: string, port: number } {
-  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(addr.trim())
-  const port = m === null ? NaN : Number(m[3])
-  if (m === null || !(port >= 0 && port <= 65535)) throw new UsageError(`invalid metrics address ${JSON.stringify(addr)}: use HOST:PORT, e.g. 127.0.0.1:9464`)
-  return { host: m[1] ?? m[2]!, port }
-}
+export { parseMetricsAddr }
 
 /** Serve GET /metrics on `addr`. Async; resolves once listening, with the bound port and a close(). */
 export async function serveMetrics (registry: Registry, addr: string, log: (line: string) => void): Promise<{ port: number, close: () => Promise<void> }> {

@@ -16,6 +16,8 @@ export interface DriverOptions {
   runtime?: OciRuntimeName
   /** The VM tiers' kernel and accelerator settings (resolved by the caller: src/state/settings.ts). */
   vm?: VmSettings
+  /** The cgroup (inside each v1 hierarchy) that process and container sandboxes' groups go under. Default 'layerd'. */
+  cgroupParent?: string
 }
 
 const drivers = new Map<string, TierDriver>()
@@ -26,12 +28,12 @@ function vmDriverOptions (vm: VmSettings = {}): VmDriverOptions {
 }
 
 export function driverFor (tier: Tier, opts: DriverOptions = {}): TierDriver {
-  const key = `${tier}/${opts.runtime ?? ''}/${JSON.stringify(opts.vm ?? {})}`
+  const key = `${tier}/${opts.runtime ?? ''}/${JSON.stringify(opts.vm ?? {})}/${opts.cgroupParent ?? ''}`
   let d = drivers.get(key)
   if (d === undefined) {
     switch (tier) {
-      case 'process': d = new ProcessTierDriver(); break
-      case 'container': d = new ContainerTierDriver({ runtime: opts.runtime ?? 'runc' }); break
+      case 'process': d = new ProcessTierDriver(opts.cgroupParent === undefined ? {} : { cgroupParent: opts.cgroupParent }); break
+      case 'container': d = new ContainerTierDriver({ runtime: opts.runtime ?? 'runc', ...(opts.cgroupParent === undefined ? {} : { cgroupParent: opts.cgroupParent }) }); break
       case 'microvm': d = new MicrovmTierDriver(vmDriverOptions(opts.vm)); break
       case 'vm': d = new VmTierDriver(vmDriverOptions(opts.vm)); break
     }

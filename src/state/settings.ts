@@ -10,6 +10,7 @@
  * | store (default: the embedded file store under home) | `--store URL` | LAYERD_STORE |
  * | S3 endpoint | `--s3-endpoint URL` | LAYERD_S3_ENDPOINT |
  * | cache cap of a daemon started on demand | `layerd --cache-size` | LAYERD_CACHE_SIZE |
+ * | memory use above which layerd reclaims (default: half the limit; off) | `layerd --memory-target SIZE` | LAYERD_MEMORY_TARGET |
  * | image stacks (0: one merged mount per image) | | LAYERD_STACKS |
  * | FUSE backend (kernel, fuse-native) | | LAYERD_FUSE_BACKEND |
  * | guest kernel, its modules, where to look for one | | LAYERD_VM_KERNEL, LAYERD_VM_MODULES, LAYERD_VM_KERNEL_DIR |
@@ -38,6 +39,8 @@ export interface Settings {
   s3Endpoint?: string
   /** The cache cap (e.g. 20G, unlimited) a daemon is started with; undefined: layerd's default. */
   cacheSize?: string
+  /** Proactive reclaim's target (a size such as 2G, or 'off'); undefined: layerd's default. Checked by layerd/main.ts. */
+  memoryTarget?: string
   /** Images for sandboxes as stacks (a shared base mount, the top layer, an overlay). Default true. */
   stacks: boolean
   /** 'kernel' or 'fuse-native'; undefined: the kernel backend when it can serve. */
@@ -65,11 +68,13 @@ export function resolveSettings (flags: SettingFlags, env: NodeJS.ProcessEnv = p
   }
   const cacheSize = given('LAYERD_CACHE_SIZE')
   const fuseBackend = given('LAYERD_FUSE_BACKEND')
+  const memoryTarget = given('LAYERD_MEMORY_TARGET')
   return {
     home,
     store,
     ...(s3Endpoint === undefined || s3Endpoint === '' ? {} : { s3Endpoint }),
     ...(cacheSize === undefined ? {} : { cacheSize }),
+    ...(memoryTarget === undefined ? {} : { memoryTarget }),
     stacks: env.LAYERD_STACKS !== '0',
     ...(fuseBackend === undefined ? {} : { fuseBackend }),
     vm

@@ -1,0 +1,150 @@
+/**
+ * MemoryReclaimer: proactive reclaim of the node's memory that layerd put
+ * there, before the kernel has to. Every `intervalMs` it reads the memory
+ * gauge (src/host/memory-pressure.ts: this process's cgroup, or the node,
+ * page cache included) and PSI; when use is over `targetBytes`, or PSI says
+ * tasks stalled on memory (`some avg10` ≥ `psiThreshold`), it runs one pass:
+ *   1. the daemon's own memory: a settle (decoded-chunk LRU, read buffers,
+ *      GC, malloc_trim), at most once per `settleEveryMs` (a settle blocks the
+ *      event loop for a GC: 10–150 ms);
+ *   2. the chunk cache file's page cache: its pages unmapped from the daemon
+ *      (MADV_DONTNEED on lmdb's read-only map), then POSIX_FADV_DONTNEED on
+ *      data.mdb. A hot read never touches it: it is served from the image
+ *      file's page cache on the mount, so this costs only the mount's misses;
+ *   3. the page cache of image files no sandbox has made the kernel read for
+ *      `coldMs` (FUSE_NOTIFY_INVAL_INODE through our kernel FUSE server,
+ *      src/fs/kernel-fuse.ts). The kernel sees a page-cache hit, we do not:
+ *      a file read only from the page cache looks cold, loses its pages once
+ *      per `coldMs`, and its next read is served from the chunk cache. That
+ *      is the hit-rate cost bench/node-memory.ts measures.
+ *
+ * What it does not do: sandboxes' own memory. Under cgroup v2 that would be
+ * `memory.reclaim` on an idle sandbox's group; this host's memory controller
+ * is v1, which has no proactive reclaim: `memory.force_empty` reclaims a
+ * group's page cache but, with no swap, loops on its anonymous pages and
+ * fails EBUSY, and lowering `memory.limit_in_bytes` reclaims the same page
+ * cache and then OOM-kills or fails. Both only free page cache, which pass 3
+ * already drops for image files (see src/daemon/README.md).
+ *
+ * May import: src/host/, src/fs/ (kernel-fuse), node built-ins.
+ */
+import { closeSync, openSync } from 'node:fs'
+import type { MemoryGauge, MemoryReading } from '../host/memory-pressure.js'
+import { nativeMemory } from '../native.js'
+import { dropColdPageCache } from '../fs/kernel-fuse.js'
+
+export interface MemoryReclaimerOptions {
+  gauge: MemoryGauge
+  /** Reclaim when the gauge's use is above this. */
+  targetBytes: number
+  /** The daemon's own settle (MemorySettler.settle). */
+  settle: () => Promise<void>
+  /** Files whose page cache is dropped outright at each pass (the chunk cache's lmdb file). */
+  cacheFiles: () => string[]
+  /** Image files not read for this long lose their page cache at a pass. Default 30 s (5 s cost 2.3x the page-cache misses in bench/node-memory: see src/daemon/README.md). */
+  coldMs?: number
+  /** A pass settles the daemon at most this often. Default 2000 ms. */
+  settleEveryMs?: number
+  /** How often pressure is read. Default 250 ms. */
+  intervalMs?: number
+  /** PSI `some avg10` (percent) that counts as pressure even under the target. Default 1. */
+  psiThreshold?: number
+  log?: (line: string) => void
+}
+
+export interface ReclaimStats {
+  targetBytes: number
+  gauge: string
+  passes: number
+  /** Files whose page cache the kernel was told to drop, over every pass. */
+  filesDropped: number
+  lastPassAt?: string
+  lastPassMs?: number
+  /** Use before and after the last pass (the gauge's bytes). */
+  lastUsedBeforeBytes?: number
+  lastUsedAfterBytes?: number
+  lastReading?: MemoryReading
+}
+
+export const DEFAULT_RECLAIM_COLD_MS = 30_000
+const DEFAULT_SETTLE_EVERY_MS = 2000
+const DEFAULT_INTERVAL_MS = 250
+const DEFAULT_PSI_THRESHOLD = 1
+
+export class MemoryReclaimer {
+  readonly #o: Required<Omit<MemoryReclaimerOptions, 'log'>> & { log: (line: string) => void }
+  readonly #timer: NodeJS.Timeout
+  #running: Promise<void> | undefined
+  #lastSettle = -Infinity
+  readonly stats: ReclaimStats
+
+  constructor (options: MemoryReclaimerOptions) {
+    this.#o = {
+      coldMs: DEFAULT_RECLAIM_COLD_MS,
+      settleEveryMs: DEFAULT_SETTLE_EVERY_MS,
+      intervalMs: DEFAULT_INTERVAL_MS,
+      psiThreshold: DEFAULT_PSI_THRESHOLD,
+      log: () => {},
+      ...options
+    }
+    this.stats = { targetBytes: options.targetBytes, gauge: options.gauge.source, passes: 0, filesDropped: 0 }
+    this.#timer = setInterval(() => this.#check(), this.#o.intervalMs)
+    this.#timer.unref()
+  }
+
+  /** True when `reading` calls for a pass. */
+  underPressure (reading: MemoryReading): boolean {
+    return reading.usedBytes > this.#o.targetBytes || (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold
+  }
+
+  #check (): void {
+    if (this.#running !== undefined) return
+    const reading = this.#o.gauge.read()
+    this.stats.lastReading = reading
+    if (this.underPressure(reading)) void this.reclaim()
+  }
+
+  /** One pass now (whatever the pressure). Concurrent calls share it. Never rejects (failures are logged). */
+  async reclaim (coldMs = this.#o.coldMs, settle = false): Promise<void> {
+    this.#running ??= this.#pass(coldMs, settle).finally(() => { this.#running = undefined })
+    await this.#running
+  }
+
+  async #pass (coldMs: number, settle: boolean): Promise<void> {
+    const started = performance.now()
+    const before = this.#o.gauge.read().usedBytes
+    if (settle || started - this.#lastSettle >= this.#o.settleEveryMs) {
+      this.#lastSettle = started
+      await this.#o.settle()
+    }
+    for (const file of this.#o.cacheFiles()) dropFilePageCache(file, this.#o.log)
+    const dropped = await dropColdPageCache(coldMs)
+    const s = this.stats
+    s.passes++
+    s.filesDropped += dropped.files
+    s.lastPassAt = new Date().toISOString()
+    s.lastPassMs = performance.now() - started
+    s.lastUsedBeforeBytes = before
+    s.lastUsedAfterBytes = this.#o.gauge.read().usedBytes
+  }
+
+  /** Stop watching. Idempotent. */
+  close (): void {
+    clearInterval(this.#timer)
+  }
+}
+
+/** Unmap `file`'s read-only shared maps from this process, then POSIX_FADV_DONTNEED on all of it (clean, unmapped pages leave the page cache). Logs failures. */
+function dropFilePageCache (file: string, log: (line: string) => void): void {
+  let fd: number | undefined
+  try {
+    const native = nativeMemory()
+    native.adviseMappedFile(file, 'unmap')
+    fd = openSync(file, 'r')
+    native.fadviseDontNeed(fd, 0, 0)
+  } catch (err) {
+    log(`reclaim: cannot drop the page cache of ${file}: ${(err as Error).message}`)
+  } finally {
+    if (fd !== undefined) closeSync(fd)
+  }
+}
