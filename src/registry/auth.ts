@@ -5,7 +5,8 @@
  * - `Bearer realm=…,service=…,scope=…`: a token from the realm (the docker
  *   token protocol: GET with `service` and `scope`, basic credentials when
  *   there are any; with an identity token, a POST of grant_type
- *   refresh_token). The token is kept with its expiry (`expires_in`,
+ *   refresh_token, through the transport so that its CAs, client
+ *   certificate and --tls-verify apply). The token is kept with its expiry (`expires_in`,
  *   default 60 s per the spec) and renewed shortly before it, and on any
  *   later 401 (a token the registry stopped accepting early).
  *
@@ -136,8 +137,9 @@ export class RegistryAuth {
     let res: Response
     if (creds?.identityToken !== undefined) {
       // OAuth2 refresh-token grant (docker's identity tokens); one attempt, a POST carries a body.
-      const body = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: creds.identityToken, service: c.params.service ?? '', scope, client_id: 'layerd' })
-      res = await fetch(url.origin + url.pathname, { method: 'POST', body, headers: { 'Content-Type': 'application/x-www-form-urlencoded' } })
+      // Through the transport, so the token server sees the same CAs, client certificate and --tls-verify as the registry.
+      const body = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: creds.identityToken, service: c.params.service ?? '', scope, client_id: 'layerd' }).toString()
+      res = await this.#transport.send({ method: 'POST', url: url.origin + url.pathname, body, headers: { 'Content-Type': 'application/x-www-form-urlencoded' }, what })
     } else {
       res = await this.#transport.send({ url: url.toString(), headers, what })
     }

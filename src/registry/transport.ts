@@ -37,7 +37,10 @@ export interface TransportOptions {
 }
 
 export interface TransportRequest {
-  method?: 'GET' | 'HEAD'
+  /** POST (the token server's refresh-token grant) is sent once: never retried, no redirect followed. */
+  method?: 'GET' | 'HEAD' | 'POST'
+  /** The request body (POST only). */
+  body?: string
   /** Absolute URL, or a path (`/v2/…`) on this endpoint. */
   url: string
   headers?: Record<string, string>
@@ -93,6 +96,7 @@ export class RegistryTransport {
   async send (req: TransportRequest): Promise<Response> {
     const url = req.url.startsWith('/') ? `${await this.baseUrl()}${req.url}` : req.url
     let lastError: unknown
+    const retries = req.method === 'POST' ? 0 : this.#opts.retries
     for (let attempt = 0; ; attempt++) {
       let delayMs = this.#opts.retryBaseMs * 2 ** attempt
       try {
@@ -106,7 +110,7 @@ export class RegistryTransport {
         if (err instanceof RegistryError) throw err
         lastError = new RegistryError(`${req.what}: cannot reach registry ${this.endpoint}: ${describeFetchError(err)}`, { cause: err })
       }
-      if (attempt >= this.#opts.retries) throw new RegistryError(`${(lastError as Error).message} (after ${attempt + 1} attempts)`, { cause: lastError })
+      if (attempt >= retries) throw new RegistryError(`${(lastError as Error).message} (after ${attempt + 1} attempts)`, { cause: lastError })
       await sleep(delayMs)
     }
   }
@@ -121,8 +125,8 @@ export class RegistryTransport {
     const origin = url.host
     let headers = { ...req.headers }
     for (let hop = 0; ; hop++) {
-      const res = await fetch(url, { method: req.method ?? 'GET', headers, redirect: 'manual', dispatcher: this.#dispatcher } as RequestInit)
-      if (![301, 302, 303, 307, 308].includes(res.status)) return res
+      const res = await fetch(url, { method: req.method ?? 'GET', headers, body: req.body, redirect: 'manual', dispatcher: this.#dispatcher } as RequestInit)
+      if (![301, 302, 303, 307, 308].includes(res.status) || req.method === 'POST') return res
       const location = res.headers.get('location')
       await res.body?.cancel().catch(() => {})
       if (location === null) throw new RegistryError(`${req.what}: registry ${this.endpoint} redirected (${res.status}) without a Location`)
