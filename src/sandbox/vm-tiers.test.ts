@@ -8,22 +8,15 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { ensureGuestKernel } from '../../fixtures/guest-kernel.js'
 import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
-import { parseRef } from '../format/ref.js'
-import { pushImage } from '../image/push.js'
-import { openMemoryNodeDb } from '../state/node-db.js'
-import { openStore } from '../store/open-store.js'
 import { createSandbox } from './create-sandbox.js'
 import type { Tier } from '../runtime/sandbox.js'
+import { pushInto } from '../../fixtures/store-steps.js'
 
 const images = await ensureDebianImages()
 await ensureGuestKernel()
 const work = t.testdir()
 const node = layerdNode(join(work, 'home'))
-{
-  const store = openStore(node.store)
-  await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  await store.close()
-}
+await pushInto(node.store, images.images['python-v1'].dockerArchive, 'deb/python:v1')
 await node.startDaemon()
 
 for (const tier of ['microvm', 'vm'] as Tier[]) {

@@ -16,8 +16,7 @@
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { QuotaKind, SandboxOverlay } from '../overlay/sandbox-overlay.js'
-import { LinuxSandbox, setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
-import { DEFAULT_DEV_SHM_BYTES } from '../process/bwrap-args.js'
+import { LinuxSandbox, linuxTierOptions, setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
 import { resolveExecContext } from '../process/exec-context.js'
 import { runToCompletion } from '../process/exec-runner.js'
 import { runHost } from '../../host/host-command.js'
@@ -52,13 +51,7 @@ export class ContainerTierDriver implements TierDriver {
 
   constructor (opts: ContainerDriverOptions = {}) {
     this.#runtime = new OciRuntime(opts.runtime ?? 'runc', opts.runtimeStateRoot)
-    this.#opts = {
-      quota: opts.quota ?? 'loop-ext4',
-      cgroupParent: opts.cgroupParent ?? 'layerd',
-      maxOutputBytes: opts.maxOutputBytes ?? 16 * 1024 ** 2,
-      devShmBytes: opts.devShmBytes ?? DEFAULT_DEV_SHM_BYTES,
-      hostname: opts.hostname ?? 'sandbox'
-    }
+    this.#opts = linuxTierOptions(opts)
   }
 
   get runtime (): OciRuntimeName { return this.#runtime.name }

@@ -9,6 +9,7 @@
  * May import: src/errors.ts, ../process/, this folder.
  */
 import { UsageError } from '../../errors.js'
+import { DEFAULT_DEV_SHM_BYTES } from '../process/bwrap-args.js'
 import { checkSandboxId } from '../process/host-checks.js'
 import { mkdirInRoot } from '../process/rooted-path.js'
 import { SandboxCgroup } from '../process/sandbox-cgroup.js'
@@ -16,6 +17,26 @@ import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, Tier } from '../san
 import { mountSandboxOverlay, removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from './sandbox-overlay.js'
 
 export interface LinuxSandboxParts { overlay: SandboxOverlay, cgroup: SandboxCgroup }
+
+/** The options both Linux tiers' drivers take, and their defaults (linuxTierOptions). */
+export interface LinuxTierOptions {
+  quota: QuotaKind
+  cgroupParent: string
+  maxOutputBytes: number
+  devShmBytes: number
+  hostname: string
+}
+
+/** `opts` with each option left out set to its default: loop-ext4 quota, cgroup parent 'layerd', 16 MiB of output each, 64 MiB of /dev/shm, hostname 'sandbox'. */
+export function linuxTierOptions (opts: Partial<LinuxTierOptions>): LinuxTierOptions {
+  return {
+    quota: opts.quota ?? 'loop-ext4',
+    cgroupParent: opts.cgroupParent ?? 'layerd',
+    maxOutputBytes: opts.maxOutputBytes ?? 16 * 1024 ** 2,
+    devShmBytes: opts.devShmBytes ?? DEFAULT_DEV_SHM_BYTES,
+    hostname: opts.hostname ?? 'sandbox'
+  }
+}
 
 /**
  * Async. Throws UsageError for a spec without `rootfs` or a bad id,

@@ -11,10 +11,10 @@
  */
 import { chmod } from 'node:fs/promises'
 import type { QuotaKind, SandboxOverlay } from '../overlay/sandbox-overlay.js'
-import { LinuxSandbox, setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
+import { LinuxSandbox, linuxTierOptions, setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
 import { compileSeccompFilter } from '../seccomp/bpf-filter.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
-import { DEFAULT_DEV_SHM_BYTES, bwrapInvocation } from './bwrap-args.js'
+import { bwrapInvocation } from './bwrap-args.js'
 import { resolveExecContext } from './exec-context.js'
 import { runToCompletion } from './exec-runner.js'
 import { hostToolsUnavailableReason } from './host-checks.js'
@@ -41,13 +41,7 @@ export class ProcessTierDriver implements TierDriver {
   readonly #seccomp = compileSeccompFilter()
 
   constructor (opts: ProcessDriverOptions = {}) {
-    this.#opts = {
-      quota: opts.quota ?? 'loop-ext4',
-      cgroupParent: opts.cgroupParent ?? 'layerd',
-      maxOutputBytes: opts.maxOutputBytes ?? 16 * 1024 ** 2,
-      devShmBytes: opts.devShmBytes ?? DEFAULT_DEV_SHM_BYTES,
-      hostname: opts.hostname ?? 'sandbox'
-    }
+    this.#opts = linuxTierOptions(opts)
   }
 
   /** See {@link TierDriver.unavailableReason}. */
