@@ -616,17 +616,28 @@ static const char *start_server(napi_env env, server *s, napi_value on_event) {
   return NULL;
 }
 
+// A JS string that fits in `cap` bytes with its NUL, into buf.
+static int get_cstring(napi_env env, napi_value v, char *buf, size_t cap) {
+  size_t len;
+  return napi_get_value_string_utf8(env, v, buf, cap, &len) == napi_ok && len + 1 < cap;
+}
+
+// Up to `cap` arguments of a call into argv (the missing ones undefined); returns how many were passed.
+static size_t get_argv(napi_env env, napi_callback_info info, napi_value *argv, size_t cap) {
+  size_t argc = cap;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  return argc;
+}
+
 // fuseServerMount(mountpoint, fsName, mountOptions: string, options: {entryValidS, attrValidS, negativeValidS, maxPages, maxReadahead, errnos}, table: Buffer, onEvent)
 static napi_value js_mount(napi_env env, napi_callback_info info) {
-  size_t argc = 6;
   napi_value argv[6];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 6);
   if (argc < 6) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerMount needs 6 arguments");
   char mountpoint[4096], fsname[256], mount_opts[1024];
-  size_t len;
-  if (napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len) != napi_ok || len + 1 >= sizeof mountpoint) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mountpoint must be a string");
-  if (napi_get_value_string_utf8(env, argv[1], fsname, sizeof fsname, &len) != napi_ok || len + 1 >= sizeof fsname) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fsName must be a string");
-  if (napi_get_value_string_utf8(env, argv[2], mount_opts, sizeof mount_opts, &len) != napi_ok || len + 1 >= sizeof mount_opts) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mount options must be a string");
+  if (!get_cstring(env, argv[0], mountpoint, sizeof mountpoint)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mountpoint must be a string");
+  if (!get_cstring(env, argv[1], fsname, sizeof fsname)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fsName must be a string");
+  if (!get_cstring(env, argv[2], mount_opts, sizeof mount_opts)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mount options must be a string");
   server_options opt;
   if (!get_options(env, argv[3], &opt)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", OPTIONS_USAGE);
   server *s = new_server(env, argv[4], &opt);
@@ -673,9 +684,8 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
 //   harmless: the kernel drops the second reply (its unique is gone) and
 //   both carry the same bytes.
 static napi_value js_attach(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
   napi_value argv[5];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 5);
   if (argc < 5) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerAttach needs 5 arguments");
   int32_t fd;
   if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fd must be a file descriptor");
@@ -715,19 +725,24 @@ static server *get_server(napi_env env, napi_value v) {
   return p;
 }
 
+// The arguments of a reply call, fuseServer*(server, unique: bigint, ...) with exactly `want` of them, into argv;
+// the server and `*unique`, or NULL when the first two are not a server and a bigint.
+static server *reply_args(napi_env env, napi_callback_info info, size_t want, napi_value *argv, uint64_t *unique) {
+  bool lossless;
+  server *s = get_argv(env, info, argv, want) == want ? get_server(env, argv[0]) : NULL;
+  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], unique, &lossless) != napi_ok) return NULL;
+  return s;
+}
+
 // fuseServerReply(server, unique, buffer, length)
 static napi_value js_reply(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
   napi_value argv[4];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  server *s = argc == 4 ? get_server(env, argv[0]) : NULL;
   uint64_t unique;
-  bool lossless;
   uint32_t length;
   void *data;
   size_t cap;
-  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], &unique, &lossless) != napi_ok || napi_get_buffer_info(env, argv[2], &data, &cap) != napi_ok ||
-      napi_get_value_uint32(env, argv[3], &length) != napi_ok || length > cap) {
+  server *s = reply_args(env, info, 4, argv, &unique);
+  if (s == NULL || napi_get_buffer_info(env, argv[2], &data, &cap) != napi_ok || napi_get_value_uint32(env, argv[3], &length) != napi_ok || length > cap) {
     return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReply(server, unique, buffer, length <= buffer.length)");
   }
   reply_data(s, unique, data, length);
@@ -736,14 +751,11 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
 
 // fuseServerReplyError(server, unique, errno > 0)
 static napi_value js_reply_error(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  server *s = argc == 3 ? get_server(env, argv[0]) : NULL;
   uint64_t unique;
-  bool lossless;
   int32_t err;
-  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], &unique, &lossless) != napi_ok || napi_get_value_int32(env, argv[2], &err) != napi_ok || err <= 0) {
+  server *s = reply_args(env, info, 3, argv, &unique);
+  if (s == NULL || napi_get_value_int32(env, argv[2], &err) != napi_ok || err <= 0) {
     return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReplyError(server, unique, errno > 0)");
   }
   reply_err(s, unique, err);
@@ -758,9 +770,8 @@ static void set_count(napi_env env, napi_value obj, const char *name, uint64_t v
 
 // fuseServerCounters(server) -> { requests, lookups, readdirs, opens, reads, repliesFailed }
 static napi_value js_counters(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1], obj;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 1);
   server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
   if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerCounters(server)");
   napi_create_object(env, &obj);
@@ -775,9 +786,8 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
 
 // fuseServerInit(server) -> { kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags, maxReadahead, canResend, resendError }
 static napi_value js_init_info(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1], obj, v;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 1);
   server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
   if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerInit(server)");
   napi_create_object(env, &obj);
@@ -796,9 +806,8 @@ static napi_value js_init_info(napi_env env, napi_callback_info info) {
 
 // fuseServerFd(server) -> the connection's /dev/fuse fd (owned by the server: dup it, or send it, never close it)
 static napi_value js_fd(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1], v;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 1);
   server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
   if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerFd(server)");
   napi_create_int32(env, s->fd, &v);
