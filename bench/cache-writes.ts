@@ -32,16 +32,15 @@
  * Bench-only: may import anything.
  */
 import { createHash } from 'node:crypto'
-import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { readdirSync } from 'node:fs'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
-import { Compressor } from 'zstd-napi'
 import { ChunkFetcher, newFetchStats } from '../src/cache/chunk-fetcher.js'
 import { LmdbChunkCache } from '../src/cache/lmdb-chunk-cache.js'
-import { FastCdcChunker } from '../src/format/chunker.js'
 import { blobKey } from '../src/format/keys.js'
 import type { ChunkRef } from '../src/format/toc.js'
 import { FsObjectStore } from '../src/store/fs-object-store.js'
+import { loadCorpus, type CorpusChunk } from './bench-corpus.js'
 import { fmt, REPORT_OPTIONS, markdownTable, MB, MIB, REPO_ROOT, startLoadSampler, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { runCommand } from '../fixtures/run-command.js'
@@ -63,55 +62,9 @@ const SPEC = {
 } satisfies BenchOptions
 const ARGS = benchArgs('cache-writes', SPEC)
 
-interface Chunk { digest: string, plain: Buffer, frame: Buffer }
+type Chunk = CorpusChunk
 /** One file: the refs a read of it asks for. */
 type FileRefs = ChunkRef[]
-
-function * walk (dir: string): Generator<string> {
-  let names: string[]
-  try { names = readdirSync(dir).sort() } catch { return }
-  for (const n of names) {
-    const p = join(dir, n)
-    const st = statSync(p, { throwIfNoEntry: false })
-    if (st === undefined) continue
-    if (st.isDirectory()) yield * walk(p)
-    else if (st.isFile() && st.size > 0) yield p
-  }
-}
-
-/** Files cut per file (as push does), distinct chunks compressed once. */
-function loadFiles (sources: string[], limitBytes: number): { files: Chunk[][], chunks: Chunk[] } {
-  const compressor = new Compressor()
-  compressor.setParameters({ compressionLevel: 3 })
-  const byDigest = new Map<string, Chunk>()
-  const files: Chunk[][] = []
-  let total = 0
-  for (const src of sources) {
-    for (const path of walk(src)) {
-      if (total >= limitBytes) break
-      let data: Buffer
-      try { data = readFileSync(path) } catch { continue }
-      const chunker = new FastCdcChunker({ minSize: 16 * 1024, avgSize: 64 * 1024, maxSize: 256 * 1024 })
-      const pieces = chunker.push(data)
-      const tail = chunker.flush()
-      if (tail !== undefined) pieces.push(tail)
-      const file: Chunk[] = []
-      for (const piece of pieces) {
-        const plain = Buffer.from(piece)
-        const digest = createHash('sha256').update(plain).digest('hex')
-        let c = byDigest.get(digest)
-        if (c === undefined) {
-          c = { digest, plain, frame: compressor.compress(plain) }
-          byDigest.set(digest, c)
-          total += plain.length
-        }
-        file.push(c)
-      }
-      files.push(file)
-    }
-  }
-  return { files, chunks: [...byDigest.values()] }
-}
 
 async function rssAnonBytes (): Promise<number> {
   const m = /^RssAnon:\s+(\d+) kB$/m.exec(await readFile('/proc/self/status', 'utf8'))
@@ -138,7 +91,7 @@ async function main (): Promise<void> {
   console.error(command)
   const load = startLoadSampler()
 
-  const { files, chunks } = loadFiles(sources, mib * MIB)
+  const { files, chunks } = loadCorpus(sources, mib * MIB)
   const plainBytes = chunks.reduce((n, c) => n + c.plain.length, 0)
   const sizes = chunks.map(c => c.plain.length).sort((a, b) => a - b)
   console.error(`  ${files.length} files, ${chunks.length} distinct chunks, ${fmt(plainBytes / MB, 1)} MB plain, median chunk ${fmt(sizes[sizes.length >> 1]! / 1024, 1)} KiB`)

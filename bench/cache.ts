@@ -26,22 +26,21 @@
  */
 import Database from 'better-sqlite3'
 import { createHash } from 'node:crypto'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { open } from 'lmdb'
-import { Compressor } from 'zstd-napi'
 import zstd from 'zstd-napi/binding.js'
 import { ChunkFetcher, newFetchStats } from '../src/cache/chunk-fetcher.js'
 import { decodeChunk } from '../src/cache/chunk-decoder.js'
 import { LmdbChunkCache } from '../src/cache/lmdb-chunk-cache.js'
 import { MemoryChunkCache } from '../src/cache/memory-chunk-cache.js'
-import { FastCdcChunker } from '../src/format/chunker.js'
 import { blobKey } from '../src/format/keys.js'
 import type { ChunkRef } from '../src/format/toc.js'
 import { FsObjectStore } from '../src/store/fs-object-store.js'
+import { loadCorpus, type CorpusChunk } from './bench-corpus.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 
 const MIB = 1024 * 1024
@@ -51,7 +50,7 @@ const BLOB_TARGET_BYTES = 32 * MIB
 const HIT_OPS = 200_000
 const FLUSH_KEYS = 10_000
 
-interface Chunk { digest: string, plain: Buffer, frame: Buffer }
+type Chunk = CorpusChunk
 interface Row { what: string, figure: string, detail: string }
 
 const SPEC = {
@@ -70,46 +69,6 @@ function args (): { sources: string[], mib: number, json: string } {
   }
 }
 
-function * walk (dir: string): Generator<string> {
-  let names: string[]
-  try { names = readdirSync(dir).sort() } catch { return }
-  for (const n of names) {
-    const p = join(dir, n)
-    const st = statSync(p, { throwIfNoEntry: false })
-    if (st === undefined) continue
-    if (st.isDirectory()) yield * walk(p)
-    else if (st.isFile()) yield p
-  }
-}
-
-function loadChunks (sources: string[], limitBytes: number): Chunk[] {
-  const compressor = new Compressor()
-  compressor.setParameters({ compressionLevel: 3 })
-  const chunker = new FastCdcChunker({ minSize: 16 * 1024, avgSize: 64 * 1024, maxSize: 256 * 1024 })
-  const seen = new Set<string>()
-  const chunks: Chunk[] = []
-  let total = 0
-  const take = (c: Uint8Array): void => {
-    const plain = Buffer.from(c)
-    const digest = createHash('sha256').update(plain).digest('hex')
-    if (seen.has(digest)) return
-    seen.add(digest)
-    chunks.push({ digest, plain, frame: compressor.compress(plain) })
-    total += plain.length
-  }
-  for (const src of sources) {
-    for (const path of walk(src)) {
-      if (total >= limitBytes) break
-      let data: Buffer
-      try { data = readFileSync(path) } catch { continue }
-      for (const c of chunker.push(data)) take(c)
-      const last = chunker.flush()
-      if (last !== undefined) take(last)
-    }
-  }
-  return chunks
-}
-
 const seconds = (t0: bigint): number => Number(process.hrtime.bigint() - t0) / 1e9
 /** Fastest of `runs` timings: this machine is shared, and the minimum is the least disturbed. */
 async function bestOf (runs: number, fn: () => number | Promise<number>): Promise<number> {
@@ -122,7 +81,7 @@ const fmt = (n: number, digits = 1): string => n.toLocaleString('en-US', { maxim
 
 async function main (): Promise<void> {
   const opt = args()
-  const chunks = loadChunks(opt.sources, opt.mib * MIB)
+  const { chunks } = loadCorpus(opt.sources, opt.mib * MIB)
   const plainBytes = chunks.reduce((n, c) => n + c.plain.length, 0)
   const frameBytes = chunks.reduce((n, c) => n + c.frame.length, 0)
   const rows: Row[] = []

@@ -170,6 +170,13 @@ static napi_value received_value(napi_env env, received *r) {
   return out;
 }
 
+// Up to `cap` arguments of a call into argv (the missing ones undefined); returns how many were passed.
+static size_t get_argv(napi_env env, napi_callback_info info, napi_value *argv, size_t cap) {
+  size_t argc = cap;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  return argc;
+}
+
 static napi_value js_socketpair(napi_env env, napi_callback_info info) {
   (void)info;
   int sv[2];
@@ -185,9 +192,8 @@ static napi_value js_socketpair(napi_env env, napi_callback_info info) {
 
 // fdSend(sock, data: Buffer, fds: number[])
 static napi_value js_send(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 3);
   int32_t sock;
   void *data;
   size_t len;
@@ -213,9 +219,8 @@ static int get_recv_args(napi_env env, napi_value *argv, int32_t *sock, uint32_t
 
 // fdRecv(sock, maxBytes, timeoutMs) -> { data, fds } | null
 static napi_value js_recv(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 3);
   int32_t sock, timeout;
   uint32_t max_bytes;
   if (argc < 3) return throw_type(env, "fdRecv(sock, maxBytes, timeoutMs)");
@@ -267,9 +272,8 @@ static void recv_complete(napi_env env, napi_status status, void *data) {
 
 // fdRecvAsync(sock, maxBytes, cb(err, msg | null)): one message, waited for on a worker thread.
 static napi_value js_recv_async(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3], name;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 3);
   int32_t sock;
   uint32_t max_bytes;
   napi_valuetype t;
@@ -288,9 +292,8 @@ static napi_value js_recv_async(napi_env env, napi_callback_info info) {
 
 // fdSetCloexec(fd)
 static napi_value js_set_cloexec(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 1);
   int32_t fd;
   if (argc < 1 || napi_get_value_int32(env, argv[0], &fd) != napi_ok) return throw_type(env, "fdSetCloexec(fd)");
   int flags = fcntl(fd, F_GETFD);
@@ -300,9 +303,8 @@ static napi_value js_set_cloexec(napi_env env, napi_callback_info info) {
 
 // sdNotify(socketPath, message: string, fds: number[]): one datagram, as sd_pid_notify_with_fds does.
 static napi_value js_sd_notify(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 3);
   struct sockaddr_un addr;
   memset(&addr, 0, sizeof addr);
   addr.sun_family = AF_UNIX;

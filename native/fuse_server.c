@@ -85,9 +85,16 @@ typedef struct {
 
 #define TABLE_HAS_XATTRS 1u
 
+// The errno of each answer, as JS gives it (src/fs/fuse-errnos.ts, the `errnos` option): one table for both backends.
+typedef struct {
+  int no_entry, not_symlink, is_directory, not_directory, read_only, not_implemented, bad_request, no_attribute,
+      buffer_too_small, no_memory, io_error, old_protocol;
+} fuse_errnos;
+
 typedef struct {
   uint64_t entry_valid_s, attr_valid_s, negative_valid_s;
   uint32_t max_pages, max_readahead;
+  fuse_errnos err;
 } server_options;
 
 typedef struct server {
@@ -220,11 +227,11 @@ static void reply_data(server *s, uint64_t unique, const void *data, size_t len)
 
 static void post_event(server *s, int kind, uint64_t unique, uint64_t nodeid, uint64_t offset, uint32_t size) {
   event *ev = malloc(sizeof *ev);
-  if (ev == NULL) { if (kind == EVENT_READ) reply_err(s, unique, ENOMEM); return; }
+  if (ev == NULL) { if (kind == EVENT_READ) reply_err(s, unique, s->opt.err.no_memory); return; }
   *ev = (event){ .kind = kind, .unique = unique, .nodeid = nodeid, .offset = offset, .size = size };
   if (napi_call_threadsafe_function(s->events, ev, napi_tsfn_nonblocking) != napi_ok) {
     free(ev);
-    if (kind == EVENT_READ) reply_err(s, unique, EIO);
+    if (kind == EVENT_READ) reply_err(s, unique, s->opt.err.io_error);
   }
 }
 
@@ -233,7 +240,7 @@ static void op_init(server *s, struct fuse_in_header *in, const struct fuse_init
   memset(&out, 0, sizeof out);
   out.major = FUSE_KERNEL_VERSION;
   out.minor = FUSE_KERNEL_MINOR_VERSION;
-  if (arg->major < 7 || (arg->major == 7 && arg->minor < 31)) { reply_err(s, in->unique, EPROTO); return; }
+  if (arg->major < 7 || (arg->major == 7 && arg->minor < 31)) { reply_err(s, in->unique, s->opt.err.old_protocol); return; }
   if (arg->major > 7) { reply_data(s, in->unique, &out, sizeof out); return; }  // the kernel answers with a new INIT
   uint32_t want = FUSE_ASYNC_READ | FUSE_DO_READDIRPLUS | FUSE_PARALLEL_DIROPS | FUSE_MAX_PAGES |
                   FUSE_CACHE_SYMLINKS | FUSE_NO_OPEN_SUPPORT | FUSE_NO_OPENDIR_SUPPORT;
@@ -258,15 +265,15 @@ static void op_lookup(server *s, struct fuse_in_header *in, const char *name, si
   atomic_fetch_add(&s->lookups, 1);
   const table_node *dir = node_of(s, in->nodeid);
   size_t len = strnlen(name, avail);
-  if (dir == NULL) { reply_err(s, in->unique, ENOENT); return; }
-  if ((dir->mode & S_IFMT) != S_IFDIR) { reply_err(s, in->unique, ENOTDIR); return; }
+  if (dir == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
+  if ((dir->mode & S_IFMT) != S_IFDIR) { reply_err(s, in->unique, s->opt.err.not_directory); return; }
   struct fuse_entry_out e;
   const table_dirent *d = len == avail ? NULL : dir_find(s, dir, name, len);
   if (d == NULL) {
     // A negative entry the kernel may cache: nodeid 0.
     memset(&e, 0, sizeof e);
     e.entry_valid = s->opt.negative_valid_s;
-    if (s->opt.negative_valid_s == 0) { reply_err(s, in->unique, ENOENT); return; }
+    if (s->opt.negative_valid_s == 0) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
     reply_data(s, in->unique, &e, sizeof e);
     return;
   }
@@ -276,7 +283,7 @@ static void op_lookup(server *s, struct fuse_in_header *in, const char *name, si
 
 static void op_getattr(server *s, struct fuse_in_header *in) {
   const table_node *n = node_of(s, in->nodeid);
-  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  if (n == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
   struct fuse_attr_out out;
   memset(&out, 0, sizeof out);
   out.attr_valid = s->opt.attr_valid_s;
@@ -286,8 +293,8 @@ static void op_getattr(server *s, struct fuse_in_header *in) {
 
 static void op_readlink(server *s, struct fuse_in_header *in) {
   const table_node *n = node_of(s, in->nodeid);
-  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
-  if ((n->mode & S_IFMT) != S_IFLNK) { reply_err(s, in->unique, EINVAL); return; }
+  if (n == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
+  if ((n->mode & S_IFMT) != S_IFLNK) { reply_err(s, in->unique, s->opt.err.not_symlink); return; }
   reply_data(s, in->unique, s->strings + n->first, n->count);
 }
 
@@ -295,11 +302,11 @@ static void op_readlink(server *s, struct fuse_in_header *in) {
 static void op_readdir(server *s, struct fuse_in_header *in, const struct fuse_read_in *arg, int plus) {
   atomic_fetch_add(&s->readdirs, 1);
   const table_node *dir = node_of(s, in->nodeid);
-  if (dir == NULL) { reply_err(s, in->unique, ENOENT); return; }
-  if ((dir->mode & S_IFMT) != S_IFDIR) { reply_err(s, in->unique, ENOTDIR); return; }
+  if (dir == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
+  if ((dir->mode & S_IFMT) != S_IFDIR) { reply_err(s, in->unique, s->opt.err.not_directory); return; }
   size_t cap = arg->size < READ_BUFFER_BYTES ? arg->size : READ_BUFFER_BYTES;
   char *out = malloc(cap > 0 ? cap : 1);
-  if (out == NULL) { reply_err(s, in->unique, ENOMEM); return; }
+  if (out == NULL) { reply_err(s, in->unique, s->opt.err.no_memory); return; }
   size_t used = 0;
   uint64_t total = (uint64_t)dir->count + 2;
   for (uint64_t i = arg->offset; i < total; i++) {
@@ -356,9 +363,9 @@ static void op_statfs(server *s, struct fuse_in_header *in) {
 }
 
 static void op_getxattr(server *s, struct fuse_in_header *in, const struct fuse_getxattr_in *arg, const char *name, size_t avail) {
-  if ((s->h->flags & TABLE_HAS_XATTRS) == 0) { reply_err(s, in->unique, ENOSYS); return; }
+  if ((s->h->flags & TABLE_HAS_XATTRS) == 0) { reply_err(s, in->unique, s->opt.err.not_implemented); return; }
   const table_node *n = node_of(s, in->nodeid);
-  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  if (n == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
   size_t len = strnlen(name, avail);
   for (uint32_t i = n->xattr_first; i < n->xattr_first + n->xattr_count && len < avail; i++) {
     const table_xattr *x = &s->xattrs[i];
@@ -367,19 +374,19 @@ static void op_getxattr(server *s, struct fuse_in_header *in, const struct fuse_
       struct fuse_getxattr_out out = { .size = x->value_len };
       reply_data(s, in->unique, &out, sizeof out);
     } else if (arg->size < x->value_len) {
-      reply_err(s, in->unique, ERANGE);
+      reply_err(s, in->unique, s->opt.err.buffer_too_small);
     } else {
       reply_data(s, in->unique, s->strings + x->value_offset, x->value_len);
     }
     return;
   }
-  reply_err(s, in->unique, ENODATA);
+  reply_err(s, in->unique, s->opt.err.no_attribute);
 }
 
 static void op_listxattr(server *s, struct fuse_in_header *in, const struct fuse_getxattr_in *arg) {
-  if ((s->h->flags & TABLE_HAS_XATTRS) == 0) { reply_err(s, in->unique, ENOSYS); return; }
+  if ((s->h->flags & TABLE_HAS_XATTRS) == 0) { reply_err(s, in->unique, s->opt.err.not_implemented); return; }
   const table_node *n = node_of(s, in->nodeid);
-  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
+  if (n == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
   size_t total = 0;
   for (uint32_t i = n->xattr_first; i < n->xattr_first + n->xattr_count; i++) total += s->xattrs[i].name_len + 1;
   if (arg->size == 0) {
@@ -387,9 +394,9 @@ static void op_listxattr(server *s, struct fuse_in_header *in, const struct fuse
     reply_data(s, in->unique, &out, sizeof out);
     return;
   }
-  if (arg->size < total) { reply_err(s, in->unique, ERANGE); return; }
+  if (arg->size < total) { reply_err(s, in->unique, s->opt.err.buffer_too_small); return; }
   char *out = malloc(total > 0 ? total : 1);
-  if (out == NULL) { reply_err(s, in->unique, ENOMEM); return; }
+  if (out == NULL) { reply_err(s, in->unique, s->opt.err.no_memory); return; }
   size_t at = 0;
   for (uint32_t i = n->xattr_first; i < n->xattr_first + n->xattr_count; i++) {
     const table_xattr *x = &s->xattrs[i];
@@ -404,9 +411,9 @@ static void op_listxattr(server *s, struct fuse_in_header *in, const struct fuse
 static void op_read(server *s, struct fuse_in_header *in, const struct fuse_read_in *arg) {
   atomic_fetch_add(&s->reads, 1);
   const table_node *n = node_of(s, in->nodeid);
-  if (n == NULL) { reply_err(s, in->unique, ENOENT); return; }
-  if ((n->mode & S_IFMT) == S_IFDIR) { reply_err(s, in->unique, EISDIR); return; }
-  if ((n->mode & S_IFMT) != S_IFREG) { reply_err(s, in->unique, EINVAL); return; }
+  if (n == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
+  if ((n->mode & S_IFMT) == S_IFDIR) { reply_err(s, in->unique, s->opt.err.is_directory); return; }
+  if ((n->mode & S_IFMT) != S_IFREG) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
   if (arg->offset >= n->size || arg->size == 0) { reply_data(s, in->unique, NULL, 0); return; }
   uint64_t left = n->size - arg->offset;
   uint32_t size = left < arg->size ? (uint32_t)left : arg->size;
@@ -421,7 +428,7 @@ static void dispatch(server *s, char *buf, size_t n) {
   atomic_fetch_add(&s->requests, 1);
   switch (in->opcode) {
     case FUSE_INIT:
-      if (avail < 16) { reply_err(s, in->unique, EINVAL); return; }
+      if (avail < 16) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
       {
         struct fuse_init_in init;
         memset(&init, 0, sizeof init);
@@ -436,41 +443,41 @@ static void dispatch(server *s, char *buf, size_t n) {
     case FUSE_OPEN: case FUSE_OPENDIR:
       // ENOSYS: the kernel stops sending OPEN/OPENDIR, keeps the page cache and caches listings.
       atomic_fetch_add(&s->opens, 1);
-      reply_err(s, in->unique, ENOSYS);
+      reply_err(s, in->unique, s->opt.err.not_implemented);
       return;
     case FUSE_READ:
-      if (avail < sizeof(struct fuse_read_in)) { reply_err(s, in->unique, EINVAL); return; }
+      if (avail < sizeof(struct fuse_read_in)) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
       op_read(s, in, (const struct fuse_read_in *)arg);
       return;
     case FUSE_READDIR: case FUSE_READDIRPLUS:
-      if (avail < sizeof(struct fuse_read_in)) { reply_err(s, in->unique, EINVAL); return; }
+      if (avail < sizeof(struct fuse_read_in)) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
       op_readdir(s, in, (const struct fuse_read_in *)arg, in->opcode == FUSE_READDIRPLUS);
       return;
     case FUSE_RELEASE: case FUSE_RELEASEDIR: reply_err(s, in->unique, 0); return;
     case FUSE_STATFS: op_statfs(s, in); return;
     case FUSE_GETXATTR:
-      if (avail < sizeof(struct fuse_getxattr_in)) { reply_err(s, in->unique, EINVAL); return; }
+      if (avail < sizeof(struct fuse_getxattr_in)) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
       op_getxattr(s, in, (const struct fuse_getxattr_in *)arg, arg + sizeof(struct fuse_getxattr_in), avail - sizeof(struct fuse_getxattr_in));
       return;
     case FUSE_LISTXATTR:
-      if (avail < sizeof(struct fuse_getxattr_in)) { reply_err(s, in->unique, EINVAL); return; }
+      if (avail < sizeof(struct fuse_getxattr_in)) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
       op_listxattr(s, in, (const struct fuse_getxattr_in *)arg);
       return;
     case FUSE_INTERRUPT: return;  // reads answer soon anyway; a late reply is dropped by the kernel
     case FUSE_DESTROY: reply_err(s, in->unique, 0); return;
     case FUSE_ACCESS: case FUSE_FLUSH: case FUSE_GETLK: case FUSE_SETLK: case FUSE_SETLKW:
     case FUSE_IOCTL: case FUSE_POLL: case FUSE_LSEEK: case FUSE_BMAP: case FUSE_FSYNC: case FUSE_FSYNCDIR:
-      reply_err(s, in->unique, ENOSYS);
+      reply_err(s, in->unique, s->opt.err.not_implemented);
       return;
     case FUSE_SETATTR: case FUSE_MKNOD: case FUSE_MKDIR: case FUSE_UNLINK: case FUSE_RMDIR: case FUSE_RENAME:
     case FUSE_RENAME2: case FUSE_LINK: case FUSE_SYMLINK: case FUSE_WRITE: case FUSE_CREATE: case FUSE_SETXATTR:
     case FUSE_REMOVEXATTR: case FUSE_FALLOCATE: case FUSE_COPY_FILE_RANGE:
       // The mount is read-only in the kernel, so these are refused before they get here; answer alike if one does.
-      reply_err(s, in->unique, EROFS);
+      reply_err(s, in->unique, s->opt.err.read_only);
       return;
     default:
       // Newer ops (STATX, ...): ENOSYS makes the kernel fall back to the ones above, and stop asking.
-      reply_err(s, in->unique, ENOSYS);
+      reply_err(s, in->unique, s->opt.err.not_implemented);
       return;
   }
 }
@@ -536,8 +543,29 @@ static int get_u64_prop(napi_env env, napi_value obj, const char *name, uint64_t
   return 1;
 }
 
+// One errno of the table: a whole number from 1 to 4095.
+static int get_errno_prop(napi_env env, napi_value obj, const char *name, int *out) {
+  uint64_t v;
+  if (!get_u64_prop(env, obj, name, &v) || v < 1 || v > 4095) return 0;
+  *out = (int)v;
+  return 1;
+}
+
+static int get_errnos(napi_env env, napi_value obj, fuse_errnos *e) {
+  napi_value t;
+  napi_valuetype type;
+  if (napi_get_named_property(env, obj, "errnos", &t) != napi_ok || napi_typeof(env, t, &type) != napi_ok || type != napi_object) return 0;
+  return get_errno_prop(env, t, "noEntry", &e->no_entry) && get_errno_prop(env, t, "notSymlink", &e->not_symlink) &&
+         get_errno_prop(env, t, "isDirectory", &e->is_directory) && get_errno_prop(env, t, "notDirectory", &e->not_directory) &&
+         get_errno_prop(env, t, "readOnly", &e->read_only) && get_errno_prop(env, t, "notImplemented", &e->not_implemented) &&
+         get_errno_prop(env, t, "badRequest", &e->bad_request) && get_errno_prop(env, t, "noAttribute", &e->no_attribute) &&
+         get_errno_prop(env, t, "bufferTooSmall", &e->buffer_too_small) && get_errno_prop(env, t, "noMemory", &e->no_memory) &&
+         get_errno_prop(env, t, "ioError", &e->io_error) && get_errno_prop(env, t, "oldProtocol", &e->old_protocol);
+}
+
 static int get_options(napi_env env, napi_value obj, server_options *opt) {
   uint64_t max_pages, max_readahead;
+  if (!get_errnos(env, obj, &opt->err)) return 0;
   if (!get_u64_prop(env, obj, "entryValidS", &opt->entry_valid_s) || !get_u64_prop(env, obj, "attrValidS", &opt->attr_valid_s) ||
       !get_u64_prop(env, obj, "negativeValidS", &opt->negative_valid_s) || !get_u64_prop(env, obj, "maxPages", &max_pages) ||
       !get_u64_prop(env, obj, "maxReadahead", &max_readahead) || max_pages < 1 || max_pages > 256) {
@@ -547,6 +575,8 @@ static int get_options(napi_env env, napi_value obj, server_options *opt) {
   opt->max_readahead = (uint32_t)max_readahead;
   return 1;
 }
+
+#define OPTIONS_USAGE "options: entryValidS, attrValidS, negativeValidS, maxPages (1-256), maxReadahead, errnos (src/fs/fuse-errnos.ts, each 1-4095)"
 
 // A server over a checked copy of `table`, without fd or threads; NULL with a pending exception.
 static server *new_server(napi_env env, napi_value table, const server_options *opt) {
@@ -591,19 +621,30 @@ static const char *start_server(napi_env env, server *s, napi_value on_event) {
   return NULL;
 }
 
-// fuseServerMount(mountpoint, fsName, mountOptions: string, options: {entryValidS, attrValidS, negativeValidS, maxPages, maxReadahead}, table: Buffer, onEvent)
-static napi_value js_mount(napi_env env, napi_callback_info info) {
-  size_t argc = 6;
-  napi_value argv[6];
+// A JS string that fits in `cap` bytes with its NUL, into buf.
+static int get_cstring(napi_env env, napi_value v, char *buf, size_t cap) {
+  size_t len;
+  return napi_get_value_string_utf8(env, v, buf, cap, &len) == napi_ok && len + 1 < cap;
+}
+
+// Up to `cap` arguments of a call into argv (the missing ones undefined); returns how many were passed.
+static size_t get_argv(napi_env env, napi_callback_info info, napi_value *argv, size_t cap) {
+  size_t argc = cap;
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  return argc;
+}
+
+// fuseServerMount(mountpoint, fsName, mountOptions: string, options: {entryValidS, attrValidS, negativeValidS, maxPages, maxReadahead, errnos}, table: Buffer, onEvent)
+static napi_value js_mount(napi_env env, napi_callback_info info) {
+  napi_value argv[6];
+  size_t argc = get_argv(env, info, argv, 6);
   if (argc < 6) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerMount needs 6 arguments");
   char mountpoint[4096], fsname[256], mount_opts[1024];
-  size_t len;
-  if (napi_get_value_string_utf8(env, argv[0], mountpoint, sizeof mountpoint, &len) != napi_ok || len + 1 >= sizeof mountpoint) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mountpoint must be a string");
-  if (napi_get_value_string_utf8(env, argv[1], fsname, sizeof fsname, &len) != napi_ok || len + 1 >= sizeof fsname) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fsName must be a string");
-  if (napi_get_value_string_utf8(env, argv[2], mount_opts, sizeof mount_opts, &len) != napi_ok || len + 1 >= sizeof mount_opts) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mount options must be a string");
+  if (!get_cstring(env, argv[0], mountpoint, sizeof mountpoint)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mountpoint must be a string");
+  if (!get_cstring(env, argv[1], fsname, sizeof fsname)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fsName must be a string");
+  if (!get_cstring(env, argv[2], mount_opts, sizeof mount_opts)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "mount options must be a string");
   server_options opt;
-  if (!get_options(env, argv[3], &opt)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "options: entryValidS, attrValidS, negativeValidS, maxPages (1-256), maxReadahead");
+  if (!get_options(env, argv[3], &opt)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", OPTIONS_USAGE);
   server *s = new_server(env, argv[4], &opt);
   if (s == NULL) return NULL;
 
@@ -648,14 +689,13 @@ static napi_value js_mount(napi_env env, napi_callback_info info) {
 //   harmless: the kernel drops the second reply (its unique is gone) and
 //   both carry the same bytes.
 static napi_value js_attach(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
   napi_value argv[5];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 5);
   if (argc < 5) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerAttach needs 5 arguments");
   int32_t fd;
   if (napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fd must be a file descriptor");
   server_options opt;
-  if (!get_options(env, argv[1], &opt)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "options: entryValidS, attrValidS, negativeValidS, maxPages (1-256), maxReadahead");
+  if (!get_options(env, argv[1], &opt)) return throw_msg(env, "ERR_INVALID_ARG_TYPE", OPTIONS_USAGE);
   uint64_t major, minor, kflags, kflags2, rflags;
   if (!get_u64_prop(env, argv[3], "kernelMajor", &major) || !get_u64_prop(env, argv[3], "kernelMinor", &minor) ||
       !get_u64_prop(env, argv[3], "kernelFlags", &kflags) || !get_u64_prop(env, argv[3], "kernelFlags2", &kflags2) ||
@@ -690,19 +730,24 @@ static server *get_server(napi_env env, napi_value v) {
   return p;
 }
 
+// The arguments of a reply call, fuseServer*(server, unique: bigint, ...) with exactly `want` of them, into argv;
+// the server and `*unique`, or NULL when the first two are not a server and a bigint.
+static server *reply_args(napi_env env, napi_callback_info info, size_t want, napi_value *argv, uint64_t *unique) {
+  bool lossless;
+  server *s = get_argv(env, info, argv, want) == want ? get_server(env, argv[0]) : NULL;
+  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], unique, &lossless) != napi_ok) return NULL;
+  return s;
+}
+
 // fuseServerReply(server, unique, buffer, length)
 static napi_value js_reply(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
   napi_value argv[4];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  server *s = argc == 4 ? get_server(env, argv[0]) : NULL;
   uint64_t unique;
-  bool lossless;
   uint32_t length;
   void *data;
   size_t cap;
-  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], &unique, &lossless) != napi_ok || napi_get_buffer_info(env, argv[2], &data, &cap) != napi_ok ||
-      napi_get_value_uint32(env, argv[3], &length) != napi_ok || length > cap) {
+  server *s = reply_args(env, info, 4, argv, &unique);
+  if (s == NULL || napi_get_buffer_info(env, argv[2], &data, &cap) != napi_ok || napi_get_value_uint32(env, argv[3], &length) != napi_ok || length > cap) {
     return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReply(server, unique, buffer, length <= buffer.length)");
   }
   reply_data(s, unique, data, length);
@@ -711,14 +756,11 @@ static napi_value js_reply(napi_env env, napi_callback_info info) {
 
 // fuseServerReplyError(server, unique, errno > 0)
 static napi_value js_reply_error(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
   napi_value argv[3];
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-  server *s = argc == 3 ? get_server(env, argv[0]) : NULL;
   uint64_t unique;
-  bool lossless;
   int32_t err;
-  if (s == NULL || napi_get_value_bigint_uint64(env, argv[1], &unique, &lossless) != napi_ok || napi_get_value_int32(env, argv[2], &err) != napi_ok || err <= 0) {
+  server *s = reply_args(env, info, 3, argv, &unique);
+  if (s == NULL || napi_get_value_int32(env, argv[2], &err) != napi_ok || err <= 0) {
     return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerReplyError(server, unique, errno > 0)");
   }
   reply_err(s, unique, err);
@@ -733,9 +775,8 @@ static void set_count(napi_env env, napi_value obj, const char *name, uint64_t v
 
 // fuseServerCounters(server) -> { requests, lookups, readdirs, opens, reads, repliesFailed }
 static napi_value js_counters(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1], obj;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 1);
   server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
   if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerCounters(server)");
   napi_create_object(env, &obj);
@@ -750,9 +791,8 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
 
 // fuseServerInit(server) -> { kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags, maxReadahead, canResend, resendError }
 static napi_value js_init_info(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1], obj, v;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 1);
   server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
   if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerInit(server)");
   napi_create_object(env, &obj);
@@ -771,9 +811,8 @@ static napi_value js_init_info(napi_env env, napi_callback_info info) {
 
 // fuseServerFd(server) -> the connection's /dev/fuse fd (owned by the server: dup it, or send it, never close it)
 static napi_value js_fd(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
   napi_value argv[1], v;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  size_t argc = get_argv(env, info, argv, 1);
   server *s = argc == 1 ? get_server(env, argv[0]) : NULL;
   if (s == NULL) return throw_msg(env, "ERR_INVALID_ARG_TYPE", "fuseServerFd(server)");
   napi_create_int32(env, s->fd, &v);

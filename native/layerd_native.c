@@ -112,13 +112,19 @@ static napi_value js_llistxattr(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// The `want` arguments of an xattr call (path: string, name: string, ...) into argv, and the first two as C
+// strings into path (PATH_BYTES_MAX) and name (XATTR_NAME_BYTES_MAX + 1); 0 with a pending exception.
+static int get_path_and_name(napi_env env, napi_callback_info info, size_t want, napi_value *argv, char *path, char *name) {
+  return get_args(env, info, want, argv) &&
+         get_string(env, argv[0], path, PATH_BYTES_MAX, "path must be a string") &&
+         get_string(env, argv[1], name, XATTR_NAME_BYTES_MAX + 1, "name must be a string of at most 255 bytes");
+}
+
 // lgetxattr(path: string, name: string): Buffer
 static napi_value js_lgetxattr(napi_env env, napi_callback_info info) {
   napi_value argv[2];
   char path[PATH_BYTES_MAX], name[XATTR_NAME_BYTES_MAX + 1];
-  if (!get_args(env, info, 2, argv) ||
-      !get_string(env, argv[0], path, sizeof path, "path must be a string") ||
-      !get_string(env, argv[1], name, sizeof name, "name must be a string of at most 255 bytes")) return NULL;
+  if (!get_path_and_name(env, info, 2, argv, path, name)) return NULL;
   for (int attempt = 0; attempt < XATTR_RETRIES; attempt++) {
     ssize_t want = lgetxattr(path, name, NULL, 0);
     if (want < 0) return throw_errno(env, errno, "lgetxattr", path);
@@ -143,9 +149,7 @@ static napi_value js_lgetxattr(napi_env env, napi_callback_info info) {
 static napi_value js_lsetxattr(napi_env env, napi_callback_info info) {
   napi_value argv[4];
   char path[PATH_BYTES_MAX], name[XATTR_NAME_BYTES_MAX + 1];
-  if (!get_args(env, info, 4, argv) ||
-      !get_string(env, argv[0], path, sizeof path, "path must be a string") ||
-      !get_string(env, argv[1], name, sizeof name, "name must be a string of at most 255 bytes")) return NULL;
+  if (!get_path_and_name(env, info, 4, argv, path, name)) return NULL;
   bool is_typed = false;
   napi_is_typedarray(env, argv[2], &is_typed);
   if (!is_typed) return throw_type(env, "value must be a Uint8Array");

@@ -83,6 +83,9 @@ export type NativeFuseServer = object & { readonly __brand: 'NativeFuseServer' }
 
 export interface NativeFuseServerOptions { entryValidS: number, attrValidS: number, negativeValidS: number, maxPages: number, maxReadahead: number }
 
+/** What the server is started with: its options and the errno table it answers with (src/fs/fuse-errnos.ts's FuseErrnos). */
+export interface NativeFuseServerStart extends NativeFuseServerOptions { errnos: Readonly<Record<string, number>> }
+
 /** What a connection's INIT negotiated: the kernel's request and our answer (flags are bit sets). */
 export interface NativeFuseInit {
   kernelMajor: number
@@ -106,7 +109,7 @@ export type NativeFuseEvent = (kind: number, unique: bigint, nodeid: number, off
 /** The FUSE server of the addon; src/fs/kernel-fuse.ts is its only user. */
 export interface NativeFuseServerBinding {
   /** Mount (mount(2), read-only, nosuid, nodev) and start serving `table`. `onEvent(kind, unique, nodeid, offset, size)`: 1 INIT answered, 2 READ, 3 connection ended. Throws Error with the errno name as `code`. */
-  fuseServerMount (mountpoint: string, fsName: string, mountOptions: string, options: NativeFuseServerOptions, table: Buffer,
+  fuseServerMount (mountpoint: string, fsName: string, mountOptions: string, options: NativeFuseServerStart, table: Buffer,
     onEvent: NativeFuseEvent): NativeFuseServer
   /**
    * Serve a connection another process mounted and INITed (`fd`: this
@@ -114,7 +117,7 @@ export interface NativeFuseServerBinding {
    * process served), then send FUSE_NOTIFY_RESEND. No INIT event comes.
    * Throws (code ENOTSUP) when `init` says the kernel cannot resend.
    */
-  fuseServerAttach (fd: number, options: NativeFuseServerOptions, table: Buffer, init: NativeFuseInit, onEvent: NativeFuseEvent): NativeFuseServer
+  fuseServerAttach (fd: number, options: NativeFuseServerStart, table: Buffer, init: NativeFuseInit, onEvent: NativeFuseEvent): NativeFuseServer
   /** The INIT negotiation of a served connection (zeros before INIT). */
   fuseServerInit (server: NativeFuseServer): NativeFuseInitInfo
   /** The connection's /dev/fuse fd; the server owns it (never close it). */

@@ -17,12 +17,11 @@ import { closeSync, openSync } from 'node:fs'
 import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import { request } from 'node:http'
 import { join } from 'node:path'
+import { runProgram, type CommandResult } from '../../fixtures/run-command.js'
 
 export const DOCKER_CLI = '/usr/bin/docker'
 const START_TIMEOUT_MS = 30_000
 const STOP_TIMEOUT_MS = 30_000
-
-export interface CommandResult { code: number, stdout: string, stderr: string }
 
 export interface DockerNodeOptions {
   /** On the node's disk: dockerd's data root and containerd's root live here. */
@@ -31,18 +30,6 @@ export interface DockerNodeOptions {
   runDir: string
 }
 
-/** Run a program, collecting its output; never rejects on a non-zero exit. */
-export async function runProgram (cmd: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<CommandResult> {
-  return await new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (c: Buffer) => { stdout += c.toString() })
-    child.stderr.on('data', (c: Buffer) => { stderr += c.toString() })
-    child.on('error', reject)
-    child.on('close', code => resolve({ code: code ?? -1, stdout, stderr }))
-  })
-}
 
 /** VmHWM (peak resident set) of a live process, in bytes; 0 when it is gone. */
 export async function peakRssOf (pid: number): Promise<number> {

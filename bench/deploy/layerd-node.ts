@@ -14,14 +14,14 @@
  *
  * Bench-only: may import anything.
  */
-import { spawn } from 'node:child_process'
 import { mkdir } from 'node:fs/promises'
 import { ControlClient } from '../../src/daemon/control-client.js'
 import { socketPath, type NodeStats } from '../../src/daemon/control-protocol.js'
 import { connectDaemon, runningDaemonPid } from '../../src/daemon/daemon-launcher.js'
 import { createSandbox } from '../../src/sandbox/create-sandbox.js'
 import { LAYERCTL_JS } from '../bench-report.js'
-import { peakRssOf, type CommandResult } from './docker-node.js'
+import { runProgram, type CommandResult } from '../../fixtures/run-command.js'
+import { peakRssOf } from './docker-node.js'
 
 export type Launcher = 'library' | 'cli'
 
@@ -115,15 +115,7 @@ export class LayerdNode {
       LAYERD_STORE: this.opts.store,
       ...(this.opts.s3Endpoint === undefined ? {} : { LAYERD_S3_ENDPOINT: this.opts.s3Endpoint })
     }
-    return await new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, [LAYERCTL_JS, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
-      let stdout = ''
-      let stderr = ''
-      child.stdout.on('data', (c: Buffer) => { stdout += c.toString() })
-      child.stderr.on('data', (c: Buffer) => { stderr += c.toString() })
-      child.on('error', reject)
-      child.on('close', code => resolve({ code: code ?? -1, stdout, stderr }))
-    })
+    return await runProgram(process.execPath, [LAYERCTL_JS, ...args], env)
   }
 }
 

@@ -14,8 +14,7 @@ import { createHash } from 'node:crypto'
 import { createReadStream } from 'node:fs'
 import { stat } from 'node:fs/promises'
 import { BadInputError } from '../errors.js'
-import { digestHex, type Digest } from '../format/digest.js'
-import { layerKey } from '../format/keys.js'
+import type { Digest } from '../format/digest.js'
 import type { ObjectStore } from '../store/object-store.js'
 import type { StoreLease } from '../store/store-leases.js'
 import type { NodeDb } from '../state/node-db.js'
@@ -23,8 +22,9 @@ import { BlobPacker } from '../image/blob-packer.js'
 import { ChunkingPool, DEFAULT_CHUNKING } from '../image/chunking-pool.js'
 import { ChunkIndex } from '../image/chunk-index.js'
 import type { ChunkingParams } from '../image/file-chunking.js'
-import { writeLayer, type LayerWriteStats } from '../image/layer-writer.js'
-import { encodeTocObject } from '../image/metadata-objects.js'
+import type { LayerWriteStats } from '../image/layer-writer.js'
+import { pushLayer } from '../image/push-layer.js'
+import { grewError, shrankError } from '../image/sources/exact-file.js'
 import type { LayerEntry, LayerSource } from '../image/sources/image-source.js'
 
 /** The block view's file name inside its layer. */
@@ -78,11 +78,11 @@ class BlockViewSource implements LayerSource {
     let read = 0
     for await (const piece of createReadStream(this.#path, { highWaterMark: READ_CHUNK_BYTES }) as AsyncIterable<Buffer>) {
       read += piece.length
-      if (read > this.#size) throw new BadInputError(`${this.#path} grew while being pushed`)
+      if (read > this.#size) throw grewError(this.name, this.#size)
       this.#hash.update(piece)
       yield piece
     }
-    if (read !== this.#size) throw new BadInputError(`${this.#path} shrank while being pushed (${read} of ${this.#size} bytes)`)
+    if (read !== this.#size) throw shrankError(this.name, this.#size, read)
     this.#digest = `sha256:${this.#hash.digest('hex')}`
   }
 
@@ -106,12 +106,8 @@ export async function pushBlockView (rawPath: string, opts: PushBlockViewOptions
   const chunking = new ChunkingPool({ params: opts.chunking ?? DEFAULT_CHUNKING, ...(opts.workers === undefined ? {} : { workers: opts.workers }) })
   const packer = new BlobPacker(store, index)
   try {
-    const { toc, stats } = await writeLayer(source, { chunking, packer, index, session: new Map() })
-    const object = encodeTocObject(toc)
-    const key = layerKey(digestHex(object.digest))
-    const existed = (await store.stat(key)) !== undefined
-    if (!existed || opts.lease.isCondemned(key)) await store.put(key, object.bytes)
-    return { digest: object.digest, rawDigest: source.diffId(), sizeBytes: size, existed, stats }
+    const { digest, existed, stats } = await pushLayer(source, { store, lease: opts.lease, chunking, packer, index, session: new Map() })
+    return { digest, rawDigest: source.diffId(), sizeBytes: size, existed, stats }
   } finally {
     await chunking.close()
   }

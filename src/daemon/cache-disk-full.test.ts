@@ -14,10 +14,7 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
 import { compareTrees, snapshotTree } from '../../fixtures/tree-compare.js'
-import { parseRef } from '../format/ref.js'
-import { pushImage } from '../image/push.js'
-import { openMemoryNodeDb } from '../state/node-db.js'
-import { openStore } from '../store/open-store.js'
+import { pushInto } from '../../fixtures/store-steps.js'
 
 const TMPFS_MIB = 128
 /** Room left for the cache once the filler is written: far less than the image's ~70 MB of chunks. */
@@ -28,11 +25,7 @@ const images = await ensureDebianImages()
 const python = images.images['python-v1']
 const work = t.testdir()
 const storeUrl = `file://${join(work, 'store')}`
-{
-  const store = openStore(storeUrl)
-  await pushImage(python.dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  await store.close()
-}
+await pushInto(storeUrl, python.dockerArchive, 'deb/python:v1')
 const expected = await snapshotTree(python.rootfs)
 
 t.test('a home that fills up during a full-tree read: correct bytes, layerd stays up, caching resumes once space is freed', async t => {

@@ -15,16 +15,13 @@ import { parseRef } from '../format/ref.js'
 import { pushImage } from '../image/push.js'
 import { openMemoryNodeDb } from '../state/node-db.js'
 import { openStore } from '../store/open-store.js'
+import { pushInto } from '../../fixtures/store-steps.js'
 
 const images = await ensureDebianImages()
 const python = images.images['python-v1']
 const work = t.testdir()
 const sharedStore = `file://${join(work, 'store')}`
-{
-  const store = openStore(sharedStore)
-  await pushImage(python.dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  await store.close()
-}
+await pushInto(sharedStore, python.dockerArchive, 'deb/python:v1')
 const expectedTree = await snapshotTree(python.rootfs)
 
 /** A fresh node (cold cache) on the shared store, with its daemon stopped at the end. */

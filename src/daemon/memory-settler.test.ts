@@ -11,23 +11,16 @@ import { join } from 'node:path'
 import { stat, writeFile } from 'node:fs/promises'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { layerdNode, type LayerdNode } from '../../fixtures/layerd-harness.js'
-import { parseRef } from '../format/ref.js'
-import { pushImage } from '../image/push.js'
-import { openMemoryNodeDb } from '../state/node-db.js'
-import { openStore } from '../store/open-store.js'
 import type { DaemonMemory } from './memory-report.js'
 import type { SettleStats } from './memory-settler.js'
+import { pushInto } from '../../fixtures/store-steps.js'
 
 const MB = 1e6
 const images = await ensureDebianImages()
 const python = images.images['python-v1']
 const work = t.testdir()
 const storeUrl = `file://${join(work, 'store')}`
-{
-  const store = openStore(storeUrl)
-  await pushImage(python.dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  await store.close()
-}
+await pushInto(storeUrl, python.dockerArchive, 'deb/python:v1')
 
 type Memory = DaemonMemory & { settle: SettleStats }
 

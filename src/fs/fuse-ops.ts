@@ -23,14 +23,14 @@
  * ./errno-boundary.ts, ./fuse-binding.ts (types only).
  */
 import { constants as fsConstants } from 'node:fs'
-import { constants as osConstants } from 'node:os'
 import type { MergedInode } from '../format/merge.js'
 import type { ErrnoBoundary } from './errno-boundary.js'
+import { FUSE_ERRNOS } from './fuse-errnos.js'
 import type { FileReader } from './file-reader.js'
 import type { FuseErrCallback, FuseOperations } from './fuse-binding.js'
 import type { ImageView } from './image-view.js'
 
-const { EINVAL, EISDIR, ENOENT, ENOTDIR, EROFS } = osConstants.errno
+const { noEntry, notSymlink, isDirectory, notDirectory, readOnly } = FUSE_ERRNOS
 const { O_WRONLY, O_RDWR, O_TRUNC, O_CREAT, W_OK } = fsConstants
 /** Node has no O_ACCMODE; any of these bits asks for writing. */
 const OPEN_WRITE_FLAGS = O_WRONLY | O_RDWR | O_TRUNC | O_CREAT
@@ -70,7 +70,7 @@ export function createFuseOps (context: FuseOpsContext): FuseOperations {
 
 /** Every op layerd can answer; createFuseOps() picks the ones worth a round trip. */
 function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperations {
-  const refuse = (cb: FuseErrCallback): void => cb(-EROFS)
+  const refuse = (cb: FuseErrCallback): void => cb(-readOnly)
 
   /** The inode behind a file handle from open(), else by path. */
   const inodeFor = (path: string, fd: number): MergedInode | undefined =>
@@ -84,7 +84,7 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let stat
       try {
         const node = view.nodeAt(path)
-        if (node === undefined) result = -ENOENT
+        if (node === undefined) result = -noEntry
         else { stat = view.getattr(node.inode); result = 0 }
       } catch (err) { result = boundary.errno(err, 'getattr', path) }
       cb(result, stat)
@@ -95,10 +95,10 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let listing
       try {
         const node = view.nodeAt(path)
-        if (node === undefined) result = -ENOENT
+        if (node === undefined) result = -noEntry
         else {
           listing = view.readdir(node.inode.ino)
-          result = listing === undefined ? -ENOTDIR : 0
+          result = listing === undefined ? -notDirectory : 0
         }
       } catch (err) { result = boundary.errno(err, 'readdir', path) }
       cb(result, listing?.names, listing?.stats)
@@ -109,10 +109,10 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let target
       try {
         const node = view.nodeAt(path)
-        if (node === undefined) result = -ENOENT
+        if (node === undefined) result = -noEntry
         else {
           target = view.readlink(node.inode)
-          result = target === undefined ? -EINVAL : 0
+          result = target === undefined ? -notSymlink : 0
         }
       } catch (err) { result = boundary.errno(err, 'readlink', path) }
       cb(result, target)
@@ -121,8 +121,8 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
     access (path, mode, cb) {
       let result: number
       try {
-        if (view.nodeAt(path) === undefined) result = -ENOENT
-        else result = (mode & W_OK) !== 0 ? -EROFS : 0
+        if (view.nodeAt(path) === undefined) result = -noEntry
+        else result = (mode & W_OK) !== 0 ? -readOnly : 0
       } catch (err) { result = boundary.errno(err, 'access', path) }
       cb(result)
     },
@@ -136,9 +136,9 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let fh = 0
       try {
         const node = view.nodeAt(path)
-        if (node === undefined) result = -ENOENT
-        else if ((flags & OPEN_WRITE_FLAGS) !== 0) result = -EROFS
-        else if (node.children !== undefined) result = -EISDIR
+        if (node === undefined) result = -noEntry
+        else if ((flags & OPEN_WRITE_FLAGS) !== 0) result = -readOnly
+        else if (node.children !== undefined) result = -isDirectory
         else { fh = node.inode.ino; result = 0 }
       } catch (err) { result = boundary.errno(err, 'open', path) }
       cb(result, fh)
@@ -149,8 +149,8 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let fh = 0
       try {
         const node = view.nodeAt(path)
-        if (node === undefined) result = -ENOENT
-        else if (node.children === undefined) result = -ENOTDIR
+        if (node === undefined) result = -noEntry
+        else if (node.children === undefined) result = -notDirectory
         else { fh = node.inode.ino; result = 0 }
       } catch (err) { result = boundary.errno(err, 'opendir', path) }
       cb(result, fh)
@@ -161,8 +161,8 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let result: number | Promise<number>
       try {
         inode = inodeFor(path, fd)
-        if (inode === undefined) result = -ENOENT
-        else if (inode.entry.type === 'dir') result = -EISDIR
+        if (inode === undefined) result = -noEntry
+        else if (inode.entry.type === 'dir') result = -isDirectory
         else result = files.read(inode, position, length, buf)
       } catch (err) { result = boundary.errno(err, 'read', path) }
       if (typeof result === 'number') return cb(result)
@@ -178,7 +178,7 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let value
       try {
         const node = view.nodeAt(path)
-        if (node === undefined) result = -ENOENT
+        if (node === undefined) result = -noEntry
         else { value = view.getxattr(node.inode, name); result = 0 }
       } catch (err) { result = boundary.errno(err, 'getxattr', path) }
       cb(result, value)
@@ -189,14 +189,14 @@ function createAllOps ({ view, files, boundary }: FuseOpsContext): FuseOperation
       let names
       try {
         const node = view.nodeAt(path)
-        if (node === undefined) result = -ENOENT
+        if (node === undefined) result = -noEntry
         else { names = view.listxattr(node.inode); result = 0 }
       } catch (err) { result = boundary.errno(err, 'listxattr', path) }
       cb(result, names)
     },
 
-    write (path, fd, buf, length, position, cb) { cb(-EROFS) },
-    create (path, mode, cb) { cb(-EROFS, 0) },
+    write (path, fd, buf, length, position, cb) { cb(-readOnly) },
+    create (path, mode, cb) { cb(-readOnly, 0) },
     truncate (path, size, cb) { refuse(cb) },
     ftruncate (path, fd, size, cb) { refuse(cb) },
     unlink (path, cb) { refuse(cb) },

@@ -4,6 +4,7 @@
 // this backend by default and on fuse-native in image-mount-fuse-native.test.ts.
 import t, { type Test } from 'tap'
 import { execFileSync } from 'node:child_process'
+import { constants as osConstants } from 'node:os'
 import { lstat, readdir, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { mergeLayers } from '../format/merge.js'
@@ -11,6 +12,7 @@ import { nativeFuseServer } from '../native.js'
 import { mountImage, type ImageMount } from './image-mount.js'
 import { encodeKernelFuseTable } from './kernel-fuse-table.js'
 import { kernelFuseUnavailable } from './kernel-fuse.js'
+import { FUSE_ERRNOS } from './fuse-errnos.js'
 import { DEFAULT_FUSE_OPTIONS } from './image-mount.js'
 import { ImageView } from './image-view.js'
 import { MemoryChunkReader } from './memory-chunk-reader.js'
@@ -87,7 +89,7 @@ t.test('the metadata table: sorted entries, and the server refuses a damaged one
   const dir = join(t.testdirName, 'bad')
   await rm(dir, { recursive: true, force: true })
   execFileSync('mkdir', ['-p', dir])
-  const opts = { entryValidS: 1, attrValidS: 1, negativeValidS: 1, maxPages: 32, maxReadahead: 131072 }
+  const opts = { entryValidS: 1, attrValidS: 1, negativeValidS: 1, maxPages: 32, maxReadahead: 131072, errnos: FUSE_ERRNOS }
   t.throws(() => nativeFuseServer().fuseServerMount(dir, 'layerd', '', opts, table.bytes.subarray(0, table.bytes.length - 1), () => {}),
     /table length does not match/, 'a truncated table is refused before mounting')
   const lying = Buffer.from(table.bytes)
@@ -97,3 +99,24 @@ t.test('the metadata table: sorted entries, and the server refuses a damaged one
   await rm(t.testdirName, { recursive: true, force: true })
 })
 
+
+t.test('`fuseServerMount` answers with the errno table JS gives it, and refuses a missing or bad one', async t => {
+  const table = encodeKernelFuseTable(new ImageView(mergeLayers(image().tocs)))
+  const dir = join(t.testdirName, 'mnt')
+  await rm(t.testdirName, { recursive: true, force: true })
+  execFileSync('mkdir', ['-p', dir])
+  const opts = { entryValidS: 1, attrValidS: 1, negativeValidS: 0, maxPages: 32, maxReadahead: 131072 }
+  const native = nativeFuseServer()
+  t.throws(() => native.fuseServerMount(dir, 'layerd', '', opts as never, table.bytes, () => {}), /errnos/, 'no table: refused, naming errnos')
+  t.throws(() => native.fuseServerMount(dir, 'layerd', '', { ...opts, errnos: { ...FUSE_ERRNOS, noEntry: 0 } }, table.bytes, () => {}), /errnos/, 'an errno of 0: refused')
+  t.throws(() => native.fuseServerMount(dir, 'layerd', '', { ...opts, errnos: { ...FUSE_ERRNOS, ioError: undefined } as never }, table.bytes, () => {}), /errnos/, 'an errno missing: refused')
+  // A number no default answer uses: what the kernel reports for a missing name comes from the table given.
+  const { EXDEV } = osConstants.errno
+  native.fuseServerMount(dir, 'layerd', '', { ...opts, errnos: { ...FUSE_ERRNOS, noEntry: EXDEV } }, table.bytes, () => {})
+  t.teardown(async () => {
+    execFileSync('umount', ['-l', dir])
+    await rm(t.testdirName, { recursive: true, force: true })
+  })
+  t.equal((await lstat(join(dir, 'dir/a'))).size, 2, 'the mount serves')
+  await t.rejects(lstat(join(dir, 'dir/missing')), { code: 'EXDEV' }, 'a missing name gets the table\'s noEntry')
+})

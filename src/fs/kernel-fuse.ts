@@ -25,12 +25,12 @@
  */
 import { createHash } from 'node:crypto'
 import { isDeepStrictEqual } from 'node:util'
-import { constants as osConstants } from 'node:os'
 import { UnsupportedError, UsageError, describeError } from '../errors.js'
 import { MNT_DETACH, nativeFuseServer, nativeMounts, type NativeFuseEvent, type NativeFuseServer, type NativeFuseServerBinding, type NativeFuseServerOptions } from '../native.js'
 import type { ErrnoBoundary } from './errno-boundary.js'
 import type { FileReader } from './file-reader.js'
 import { checkFsName, lazyUnmount, setReadAhead, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
+import { FUSE_ERRNOS } from './fuse-errnos.js'
 import { fetchFailureErrno } from './fuse-ops.js'
 import type { ImageView } from './image-view.js'
 import { encodeKernelFuseTable, type KernelFuseTable } from './kernel-fuse-table.js'
@@ -49,7 +49,6 @@ const MAX_PAGES = 256
  */
 const SPARE_BUFFERS = 8
 const sparesBySize = new Map<number, Buffer[]>()
-const { EIO, ENOENT } = osConstants.errno
 
 export interface KernelFuseContext {
   view: ImageView
@@ -146,7 +145,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
   })
   let server: NativeFuseServer
   try {
-    server = native.fuseServerMount(mountpoint, options.fsName, mountOptions, serverOptions, table.bytes, reads.onEvent(initDone, closedEarly))
+    server = native.fuseServerMount(mountpoint, options.fsName, mountOptions, { ...serverOptions, errnos: FUSE_ERRNOS }, table.bytes, reads.onEvent(initDone, closedEarly))
   } catch (err) {
     throw new UsageError(`cannot mount FUSE at ${mountpoint}: ${describeError(err)}`, { cause: err })
   }
@@ -198,7 +197,7 @@ export function adoptKernelFuse (mountpoint: string, context: KernelFuseContext,
   const reads = new ReadServer(native, context, { inodes: table.inodes, pathOf: table.pathOf }, maxRead)
   let server: NativeFuseServer
   try {
-    server = native.fuseServerAttach(kept.fd, record.options, table.bytes, record.init, reads.onEvent(() => {}, () => {}))
+    server = native.fuseServerAttach(kept.fd, { ...record.options, errnos: FUSE_ERRNOS }, table.bytes, record.init, reads.onEvent(() => {}, () => {}))
   } catch (err) {
     throw new UsageError(`cannot take over ${mountpoint}: ${describeError(err)}`, { cause: err })
   }
@@ -311,7 +310,7 @@ class ReadServer {
 
   read (unique: bigint, nodeid: number, offset: number, size: number): void {
     const inode = this.#table.inodes[nodeid]
-    if (inode === undefined) { this.#native.fuseServerReplyError(this.server, unique, ENOENT); return }
+    if (inode === undefined) { this.#native.fuseServerReplyError(this.server, unique, FUSE_ERRNOS.noEntry); return }
     this.#lastRead.set(nodeid, performance.now())
     const buf = this.#spare.pop() ?? Buffer.allocUnsafeSlow(Math.max(this.#bufferBytes, size))
     const { files, boundary } = this.#context
@@ -329,7 +328,7 @@ class ReadServer {
   #answer (unique: bigint, buf: Buffer, result: number): void {
     try {
       if (result >= 0) this.#native.fuseServerReply(this.server, unique, buf, result)
-      else this.#native.fuseServerReplyError(this.server, unique, -result || EIO)
+      else this.#native.fuseServerReplyError(this.server, unique, -result || FUSE_ERRNOS.ioError)
     } finally {
       if (this.#spare.length < SPARE_BUFFERS && buf.length === this.#bufferBytes) this.#spare.push(buf)
     }

@@ -11,7 +11,7 @@
  */
 import { BadInputError } from '../errors.js'
 import { digestHex, type Digest } from '../format/digest.js'
-import { layerKey, manifestKey } from '../format/keys.js'
+import { manifestKey } from '../format/keys.js'
 import { MANIFEST_MEDIA_TYPE, type ImageManifest, type LayerDescriptor, type OciImageConfig } from '../format/manifest.js'
 import { mergeLayers } from '../format/merge.js'
 import { formatRef, type ImageRef } from '../format/ref.js'
@@ -22,8 +22,9 @@ import { BlobPacker } from './blob-packer.js'
 import { ChunkingPool, DEFAULT_CHUNKING } from './chunking-pool.js'
 import type { ChunkingParams } from './file-chunking.js'
 import { ChunkIndex } from './chunk-index.js'
-import { writeLayer, type LayerWriteStats, type PushSession } from './layer-writer.js'
-import { encodeManifestObject, encodeTocObject } from './metadata-objects.js'
+import type { LayerWriteStats, PushSession } from './layer-writer.js'
+import { encodeManifestObject } from './metadata-objects.js'
+import { pushLayer } from './push-layer.js'
 import { updateRef } from './refs.js'
 import { guardReusedImage } from './reuse-guard.js'
 import { withStoreLease, type StoreLease } from '../store/store-leases.js'
@@ -136,22 +137,16 @@ async function pushLeased (source: ImageSource, ref: ImageRef, opts: PushOptions
         opts.progress?.layerDone?.(i, count, pushed)
         continue
       }
-      const { toc, stats } = await writeLayer(layer, {
-        chunking, packer, index: storedChunks, session,
+      const { toc, stats, digest, existed, tocBytesWritten } = await pushLayer(layer, {
+        store, lease, chunking, packer, index: storedChunks, session,
         onProgress: bytes => opts.progress?.layerBytes?.(i, bytes)
       })
-      const object = encodeTocObject(toc)
-      const key = layerKey(digestHex(object.digest))
-      const existed = (await store.stat(key)) !== undefined
-      if (!existed || lease.isCondemned(key)) {
-        await store.put(key, object.bytes)
-        metadataBytes += object.bytes.length
-      }
-      await recordLayerByDiffId(store, toc.diffId as Digest, object.digest)
+      metadataBytes += tocBytesWritten
+      await recordLayerByDiffId(store, toc.diffId as Digest, digest)
       // Recorded only now: reading the layer verified its blob against this digest.
-      if (layer.declaredBlobDigest !== undefined) await recordLayerByBlob(store, layer.declaredBlobDigest, object.digest)
+      if (layer.declaredBlobDigest !== undefined) await recordLayerByBlob(store, layer.declaredBlobDigest, digest)
       tocs.push(toc)
-      const pushed: PushedLayer = { ...stats, digest: object.digest, diffId: toc.diffId as Digest, existed }
+      const pushed: PushedLayer = { ...stats, digest, diffId: toc.diffId as Digest, existed }
       layers.push(pushed)
       opts.progress?.layerDone?.(i, count, pushed)
     }

@@ -21,21 +21,12 @@ import { buildLayerTar, file, largeFile } from '../../fixtures/layer-dsl.js'
 import { writeOciLayout } from '../../fixtures/oci-layout.js'
 import { RegistryFaultProxy } from '../../fixtures/registry-fault-proxy.js'
 import { exportDiff } from '../../fixtures/registry-push-check.js'
-import { REFS_PREFIX } from '../format/keys.js'
 import { openStore } from '../store/open-store.js'
+import { refsIn } from '../../fixtures/store-steps.js'
 
 const images = await ensureDebianImages()
 const python = images.images['python-v1']
 const work = t.testdir()
-
-async function refsIn (storeUrl: string): Promise<string[]> {
-  const store = openStore(storeUrl)
-  try {
-    const keys: string[] = []
-    for await (const k of store.list(REFS_PREFIX)) keys.push(k)
-    return keys
-  } finally { await store.close() }
-}
 
 t.test('TLS (CA made here) + htpasswd basic auth', async t => {
   const registry = await TestRegistry.start(join(work, 'registry-basic'), 'basic')

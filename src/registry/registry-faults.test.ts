@@ -14,8 +14,7 @@ import { buildLayerTar, dir, file, largeFile, whiteout } from '../../fixtures/la
 import { writeOciLayout } from '../../fixtures/oci-layout.js'
 import { RegistryFaultProxy } from '../../fixtures/registry-fault-proxy.js'
 import { getManifest } from '../../fixtures/registry-push-check.js'
-import { REFS_PREFIX } from '../format/keys.js'
-import { openStore } from '../store/open-store.js'
+import { refsIn } from '../../fixtures/store-steps.js'
 
 const work = t.testdir()
 const registry = await TestRegistry.start(join(work, 'registry'), 'plain')
@@ -31,15 +30,6 @@ await registry.seed(`oci:${layout.dir}:${layout.tag}`, 'faults/img:v1', ['--pres
 const proxy = await RegistryFaultProxy.start(registry.hostPort)
 t.teardown(() => proxy.stop())
 const big = (await getManifest(registry, 'faults/img', 'v1')).layers[0]!
-
-async function refsIn (storeUrl: string): Promise<string[]> {
-  const store = openStore(storeUrl)
-  try {
-    const keys: string[] = []
-    for await (const k of store.list(REFS_PREFIX)) keys.push(k)
-    return keys
-  } finally { await store.close() }
-}
 
 t.test('a blob whose bytes do not match its digest: one line naming the blob, no ref', async t => {
   proxy.corruptBlob(big.digest)

@@ -9,23 +9,16 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
-import { parseRef } from '../format/ref.js'
-import { pushImage } from '../image/push.js'
-import { openMemoryNodeDb } from '../state/node-db.js'
-import { openStore } from '../store/open-store.js'
 import { freePort } from '../../fixtures/free-port.js'
 import { createRequire } from 'node:module'
 import { createSandbox } from './create-sandbox.js'
 import type { Tier } from '../runtime/sandbox.js'
+import { pushInto } from '../../fixtures/store-steps.js'
 
 const images = await ensureDebianImages()
 const work = t.testdir()
 const node = layerdNode(join(work, 'home'))
-{
-  const store = openStore(node.store)
-  await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  await store.close()
-}
+await pushInto(node.store, images.images['python-v1'].dockerArchive, 'deb/python:v1')
 const metricsPort = await freePort()
 await node.startDaemon(['--metrics-addr', `127.0.0.1:${metricsPort}`])
 t.teardown(() => node.stopDaemon())

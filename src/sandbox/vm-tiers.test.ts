@@ -9,12 +9,9 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { ensureGuestKernel } from '../../fixtures/guest-kernel.js'
 import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
-import { parseRef } from '../format/ref.js'
-import { pushImage } from '../image/push.js'
-import { openMemoryNodeDb } from '../state/node-db.js'
-import { openStore } from '../store/open-store.js'
 import { createSandbox, type ManagedSandbox } from './create-sandbox.js'
 import type { Tier } from '../runtime/sandbox.js'
+import { pushInto } from '../../fixtures/store-steps.js'
 
 // Whatever fails below, layerd is stopped (stopDaemon does nothing when it is not running). Registered
 // before t.testdir(), whose own clean-up runs in order after it: rmdir fails (EBUSY) under live mounts.
@@ -26,12 +23,7 @@ t.testdir()
 t.before(async () => {
   const images = await ensureDebianImages()
   await ensureGuestKernel()
-  const store = openStore(node.store)
-  try {
-    await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  } finally {
-    await store.close()
-  }
+  await pushInto(node.store, images.images['python-v1'].dockerArchive, 'deb/python:v1')
   await node.startDaemon()
 })
 

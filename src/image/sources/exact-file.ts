@@ -37,14 +37,14 @@ export class ExactFile {
    */
   read (buf: Uint8Array): Uint8Array {
     if (this.#done === this.#size) {
-      if (readSync(this.#fd, ONE_BYTE, 0, 1, this.#size) !== 0) throw grew(this.#label, this.#size)
+      if (readSync(this.#fd, ONE_BYTE, 0, 1, this.#size) !== 0) throw grewError(this.#label, this.#size)
       return buf.subarray(0, 0)
     }
     let got = 0
     const want = Math.min(buf.length, this.#size - this.#done)
     while (got < want) {
       const n = readSync(this.#fd, buf, got, want - got, this.#done + got)
-      if (n === 0) throw shrank(this.#label, this.#size, this.#done + got)
+      if (n === 0) throw shrankError(this.#label, this.#size, this.#done + got)
       got += n
     }
     this.#done += got
@@ -71,9 +71,9 @@ export function readExactFile (path: string, size: number, label: string, buf: U
       const n = readSync(fd, buf, got, size + 1 - got, got)
       if (n === 0) break
       got += n
-      if (got > size) throw grew(label, size)
+      if (got > size) throw grewError(label, size)
     }
-    if (got < size) throw shrank(label, size, got)
+    if (got < size) throw shrankError(label, size, got)
     return buf.subarray(0, size)
   } finally {
     closeSync(fd)
@@ -87,10 +87,12 @@ function openExact (path: string, label: string): number {
   }
 }
 
-function grew (label: string, size: number): BadInputError {
+/** The error for a file found longer than the `size` bytes it must hold (also block views'). */
+export function grewError (label: string, size: number): BadInputError {
   return new BadInputError(`${label}: grew beyond ${size} bytes while being read`)
 }
 
-function shrank (label: string, size: number, got: number): BadInputError {
+/** The error for a file that ended after `got` of the `size` bytes it must hold. */
+export function shrankError (label: string, size: number, got: number): BadInputError {
   return new BadInputError(`${label}: shrank from ${size} to ${got} bytes while being read`)
 }

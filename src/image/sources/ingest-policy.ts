@@ -58,7 +58,7 @@
  */
 import { BadInputError, LimitExceededError } from '../../errors.js'
 import { normalizeEntryPath, parentPath, baseName, joinPath, symlinkEscapesRoot } from '../../format/paths.js'
-import type { EntryType } from '../../format/toc.js'
+import type { TarHeader } from '../../format/tar-header.js'
 import { DEFAULT_INGEST_LIMITS, type EntryHeader, type IngestLimits, type OpenImageSourceOptions } from './image-source.js'
 
 export const WHITEOUT_PREFIX = '.wh.'
@@ -91,21 +91,12 @@ export function ingestContext (opts: OpenImageSourceOptions = {}): IngestContext
   }
 }
 
-/** An entry as an input describes it, before policy: a name not yet normalized, no whiteout translation. */
-export interface RawEntry {
-  name: string
-  type: Exclude<EntryType, 'whiteout' | 'opaque'>
-  mode: number
-  uid: number
-  gid: number
-  mtime: number
-  size: number
-  /** Symlink target or hardlink target name, as stored. */
-  linkname?: string
-  devMajor?: number
-  devMinor?: number
-  xattrs?: Map<string, Uint8Array>
-}
+/**
+ * An entry as an input describes it, before policy: a name not yet
+ * normalized, no whiteout translation; `linkname` is the symlink or hardlink
+ * target as stored. The fields of a tar header, whatever the input's kind.
+ */
+export type RawEntry = TarHeader
 
 type Seen = 'dir' | 'other' | 'symlink'
 

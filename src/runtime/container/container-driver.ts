@@ -15,10 +15,8 @@
  */
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { UsageError } from '../../errors.js'
-import { removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
-import { setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
-import { DEFAULT_DEV_SHM_BYTES } from '../process/bwrap-args.js'
+import type { QuotaKind, SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { LinuxSandbox, linuxTierOptions, setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
 import { resolveExecContext } from '../process/exec-context.js'
 import { runToCompletion } from '../process/exec-runner.js'
 import { runHost } from '../../host/host-command.js'
@@ -53,13 +51,7 @@ export class ContainerTierDriver implements TierDriver {
 
   constructor (opts: ContainerDriverOptions = {}) {
     this.#runtime = new OciRuntime(opts.runtime ?? 'runc', opts.runtimeStateRoot)
-    this.#opts = {
-      quota: opts.quota ?? 'loop-ext4',
-      cgroupParent: opts.cgroupParent ?? 'layerd',
-      maxOutputBytes: opts.maxOutputBytes ?? 16 * 1024 ** 2,
-      devShmBytes: opts.devShmBytes ?? DEFAULT_DEV_SHM_BYTES,
-      hostname: opts.hostname ?? 'sandbox'
-    }
+    this.#opts = linuxTierOptions(opts)
   }
 
   get runtime (): OciRuntimeName { return this.#runtime.name }
@@ -80,28 +72,23 @@ export class ContainerTierDriver implements TierDriver {
   }
 }
 
-class ContainerSandbox implements Sandbox {
+class ContainerSandbox extends LinuxSandbox {
   readonly tier = 'container' as const
-  readonly id: string
-  readonly upperDir: string
-  #state: 'running' | 'stopped' | 'destroyed' = 'running'
   #execs = 0
-  #destroying: Promise<void> | undefined
 
   constructor (
-    private readonly spec: SandboxSpec,
-    private readonly overlay: SandboxOverlay,
-    private readonly cgroup: SandboxCgroup,
+    spec: SandboxSpec,
+    overlay: SandboxOverlay,
+    cgroup: SandboxCgroup,
     private readonly runtime: OciRuntime,
     private readonly opts: Required<Omit<ContainerDriverOptions, 'runtime' | 'runtimeStateRoot'>>
   ) {
-    this.id = spec.id
-    this.upperDir = overlay.upperDir
+    super(spec, overlay, cgroup)
   }
 
   /** See {@link Sandbox.exec}. Throws UsageError after stop/destroy or for a bad user/cwd. */
   async exec (opts: ExecOptions): Promise<ExecResult> {
-    if (this.#state !== 'running') throw new UsageError(`sandbox ${this.id} is ${this.#state}`)
+    this.assertRunning()
     const ctx = await resolveExecContext(this.spec.rootfs!, this.spec.config, opts)
     const n = ++this.#execs
     const containerId = `${this.id}-e${n}`
@@ -137,9 +124,13 @@ class ContainerSandbox implements Sandbox {
     await runHost(argv[0]!, argv.slice(1)).catch(() => {})
   }
 
-  /** See {@link Sandbox.stop}. */
-  async stop (): Promise<void> {
-    if (this.#state === 'running') this.#state = 'stopped'
+  /** After stop: the containers whose `run` the kill ended. */
+  protected override async afterStop (): Promise<void> {
+    await this.#deleteLeftoverContainers()
+  }
+
+  /** Before the cgroup goes: nothing left running, and no container the runtime still lists. */
+  protected override async beforeRemove (): Promise<void> {
     await this.cgroup.killAll()
     await this.#deleteLeftoverContainers()
   }
@@ -148,17 +139,5 @@ class ContainerSandbox implements Sandbox {
   async #deleteLeftoverContainers (): Promise<void> {
     const names = await readdir(this.runtime.stateRoot).catch(() => [] as string[])
     for (const name of names.filter(n => n.startsWith(`${this.id}-e`))) await this.#runtimeCommand(this.runtime.deleteArgv(name))
-  }
-
-  /** See {@link Sandbox.destroy}. */
-  async destroy (): Promise<void> {
-    this.#destroying ??= (async () => {
-      this.#state = 'destroyed'
-      await this.cgroup.killAll()
-      await this.#deleteLeftoverContainers()
-      await this.cgroup.remove()
-      await removeSandboxOverlay(this.spec.stateDir)
-    })().catch(err => { this.#destroying = undefined; throw err })
-    await this.#destroying
   }
 }

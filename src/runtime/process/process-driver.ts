@@ -10,12 +10,11 @@
  * ../seccomp/, the modules next to it.
  */
 import { chmod } from 'node:fs/promises'
-import { UsageError } from '../../errors.js'
-import { removeSandboxOverlay, type QuotaKind, type SandboxOverlay } from '../overlay/sandbox-overlay.js'
-import { setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
+import type { QuotaKind, SandboxOverlay } from '../overlay/sandbox-overlay.js'
+import { LinuxSandbox, linuxTierOptions, setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
 import { compileSeccompFilter } from '../seccomp/bpf-filter.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
-import { DEFAULT_DEV_SHM_BYTES, bwrapInvocation } from './bwrap-args.js'
+import { bwrapInvocation } from './bwrap-args.js'
 import { resolveExecContext } from './exec-context.js'
 import { runToCompletion } from './exec-runner.js'
 import { hostToolsUnavailableReason } from './host-checks.js'
@@ -42,13 +41,7 @@ export class ProcessTierDriver implements TierDriver {
   readonly #seccomp = compileSeccompFilter()
 
   constructor (opts: ProcessDriverOptions = {}) {
-    this.#opts = {
-      quota: opts.quota ?? 'loop-ext4',
-      cgroupParent: opts.cgroupParent ?? 'layerd',
-      maxOutputBytes: opts.maxOutputBytes ?? 16 * 1024 ** 2,
-      devShmBytes: opts.devShmBytes ?? DEFAULT_DEV_SHM_BYTES,
-      hostname: opts.hostname ?? 'sandbox'
-    }
+    this.#opts = linuxTierOptions(opts)
   }
 
   /** See {@link TierDriver.unavailableReason}. */
@@ -70,28 +63,16 @@ export class ProcessTierDriver implements TierDriver {
   }
 }
 
-class ProcessSandbox implements Sandbox {
+class ProcessSandbox extends LinuxSandbox {
   readonly tier = 'process' as const
-  readonly id: string
-  /** Where the sandbox's changes live, for commit. */
-  readonly upperDir: string
-  #state: 'running' | 'stopped' | 'destroyed' = 'running'
-  #destroying: Promise<void> | undefined
 
-  constructor (
-    private readonly spec: SandboxSpec,
-    private readonly overlay: SandboxOverlay,
-    private readonly cgroup: SandboxCgroup,
-    private readonly opts: Required<ProcessDriverOptions>,
-    private readonly seccomp: Buffer
-  ) {
-    this.id = spec.id
-    this.upperDir = overlay.upperDir
+  constructor (spec: SandboxSpec, overlay: SandboxOverlay, cgroup: SandboxCgroup, private readonly opts: Required<ProcessDriverOptions>, private readonly seccomp: Buffer) {
+    super(spec, overlay, cgroup)
   }
 
   /** See {@link Sandbox.exec}. Throws UsageError after stop/destroy or for a bad user/cwd. */
   async exec (opts: ExecOptions): Promise<ExecResult> {
-    if (this.#state !== 'running') throw new UsageError(`sandbox ${this.id} is ${this.#state}`)
+    this.assertRunning()
     const ctx = await resolveExecContext(this.spec.rootfs!, this.spec.config, opts)
     const bwrap = bwrapInvocation(ctx, { merged: this.overlay.merged, hostname: this.opts.hostname, devShmBytes: this.opts.devShmBytes })
     const argv = joinCgroupArgv(this.cgroup.procsFiles, bwrap.argv)
@@ -105,22 +86,6 @@ class ProcessSandbox implements Sandbox {
       // bwrap's monitor dies; --die-with-parent takes the pid namespace's init, and so every process in it, along.
       kill: async () => { if (pid !== undefined) { try { process.kill(pid, 'SIGKILL') } catch {} } }
     }, opts)
-  }
-
-  /** See {@link Sandbox.stop}. */
-  async stop (): Promise<void> {
-    if (this.#state === 'running') this.#state = 'stopped'
-    await this.cgroup.killAll()
-  }
-
-  /** See {@link Sandbox.destroy}. */
-  async destroy (): Promise<void> {
-    this.#destroying ??= (async () => {
-      this.#state = 'destroyed'
-      await this.cgroup.remove()
-      await removeSandboxOverlay(this.spec.stateDir)
-    })().catch(err => { this.#destroying = undefined; throw err }) // a failed teardown can be retried
-    await this.#destroying
   }
 }
 
