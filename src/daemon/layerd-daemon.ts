@@ -47,6 +47,8 @@ export interface DaemonConfig {
   log: (line: string) => void
   /** How images are mounted (stacks, FUSE backend): settings resolved by layerd/main.ts. */
   mounts?: MountOptions
+  /** Started by the holder as a warm standby (HOLDER_STANDBY_ENV): wait, loaded, until told to take over. */
+  warmStandby?: boolean
   /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
   lockWaitMs?: number
   /**
@@ -111,13 +113,22 @@ export class LayerdDaemon {
 
   async start (): Promise<void> {
     const { home, log } = this.config
+    // Where a start's time goes (issue 19's failover stall): ms since the process began, at each phase's end.
+    const phases: string[] = [`modules ${Math.round(performance.now())}`]
+    const mark = (name: string): void => { phases.push(`${name} ${Math.round(performance.now())}`) }
     ensureHomeDir(home)
     const store = HeldConnections.storeFromEnv(log)
-    if (store?.kind === 'holder') {
+    if (store?.kind === 'holder' && this.config.warmStandby === true) {
+      // A warm standby: loaded, holding nothing (no lock, no fd), until the holder says the serving daemon is gone or hands over.
+      // If the holder dies meanwhile, this throws: nothing would keep the connections, so this daemon must not serve.
+      store.standby(true)
+      mark('takeover')
+    } else if (store?.kind === 'holder') {
       // A planned restart starts this daemon while the old one still serves: say it has loaded, then wait for the old one to go.
       try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
     }
     this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? (store?.kind === 'holder' ? HANDOVER_LOCK_WAIT_MS : 0))
+    mark('lock')
     try {
       this.#lock.writePidFile()
       const started = performance.now()
@@ -137,13 +148,18 @@ export class LayerdDaemon {
       })
       this.#settler.onRelease(() => cache.releaseMemory())
       this.#settler.onRelease(() => releaseReadBuffers())
+      mark('open')
       const kept = this.#keeper?.availableCount ?? 0
       const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
+      mark('recover')
       await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
+      mark('sweep')
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       this.#keeper?.ready()
+      mark('listen')
+      log(`start phases (ms since the process began): ${phases.join(', ')}`)
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
       if (this.config.metricsAddr !== undefined) {
         const db = this.#db
