@@ -169,6 +169,8 @@ export class LayerdDaemon {
       for (const start of this.config.services ?? []) {
         this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
       }
+      // Only now: a service (containerd's snapshotter) takes over the kept connections of its own mounts as it recovers.
+      await this.#mounts.releaseUntakenConnections()
     } catch (err) {
       await this.stop()
       throw err

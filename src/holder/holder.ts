@@ -88,6 +88,8 @@ interface Generation {
   waiting?: boolean
   /** The warm standby is to take over: answer its `standby` (now, or when it comes). */
   go?: boolean
+  /** The warm standby was ended on purpose (a planned restart, the holder stops). */
+  dropped?: boolean
 }
 
 export class Holder {
@@ -231,7 +233,7 @@ export class Holder {
         return
       }
     } else {
-      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}`)
+      this.#opts.log(g.dropped === true ? `holder: the warm standby layerd ${g.child.pid ?? '?'} ended (not needed)` : `holder: layerd ${g.child.pid ?? '?'} ${how}`)
       return
     }
     if (this.#stopping || (code !== null && DAEMON_EXIT_FINAL.has(code) && this.#planned === undefined)) {
@@ -273,7 +275,7 @@ export class Holder {
   #dropStandby (): void {
     const standby = this.#standby
     this.#standby = undefined
-    if (standby !== undefined && standby.child.exitCode === null && standby.child.signalCode === null) standby.child.kill('SIGKILL')
+    if (standby !== undefined && standby.child.exitCode === null && standby.child.signalCode === null) { standby.dropped = true; standby.child.kill('SIGKILL') }
   }
 
   /** Start a warm standby when one is wanted and none runs (after a daemon reports that it serves). */
