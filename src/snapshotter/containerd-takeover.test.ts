@@ -34,7 +34,7 @@ const node = layerdNode(join(work, 'node'))
 }
 // Through the launcher: layerd runs under its holder, which keeps the FUSE connections.
 const started = await node.layerctl('stats')
-t.equal(started.code, 0, started.stderr)
+if (started.code !== 0) throw new Error(`layerctl stats could not start layerd: ${started.stderr}`)
 t.teardown(async () => await node.stopDaemon())
 for (let i = 0; i < 100 && !existsSync(snapshotterSocketPath(node.home)); i++) await new Promise(resolve => setTimeout(resolve, 100))
 const containerd = await ContainerdInstance.start({ dir: join(work, 'ctd'), snapshotterSocket: snapshotterSocketPath(node.home) })
