@@ -21,6 +21,9 @@
  * disk's own count. "Time to task finished" runs from a container's deploy
  * start (its image pull or remote prepare, shared with its image's other
  * containers) to `ctr run --rm` returning. Every output is checked.
+ * With CTRB_TRACE=1 in the environment it logs each pull (the lazy one
+ * with its phases, from `layerctl containerd pull --json`) and each
+ * `ctr run`.
  *
  * Bench-only: may import anything.
  */
@@ -92,9 +95,10 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       const t0 = performance.now()
       const r = side === 'overlayfs'
         ? await c.ctr('images', 'pull', '--plain-http', '--snapshotter', 'overlayfs', `${proxy.hostPort}/${t.ref}`)
-        : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address)
+        : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address, '--json')
       if (r.code !== 0) throw new Error(`${side}: pulling ${t.ref}: ${r.stderr.trim().slice(-500)}`)
       pullMs.push(performance.now() - t0)
+      if (process.env.CTRB_TRACE !== undefined) ctx.log(`${side} pull ${t.ref}: ${fmt((performance.now() - t0) / 1000)} s${side === 'layerd' ? ' ' + r.stdout.trim() : ''}`)
     }
     const outputs: Record<string, string> = {}
     const { seconds, timings } = await runWithConcurrency(placements, ctx.concurrency, async p => {
@@ -106,6 +110,7 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       const t1 = performance.now()
       const r = await c.ctr('run', '--rm', '--snapshotter', side, image, `${side}-${p.index}`, ...ctx.task.command)
       runMs.push(performance.now() - t1)
+      if (process.env.CTRB_TRACE !== undefined) ctx.log(`${side} ctr run ${p.index}: ${fmt((performance.now() - t1) / 1000)} s`)
       const readyMs = performance.now() - t0
       check(p, side, ctx.task, r.code, r.stdout, r.stderr, outputs)
       return { readyMs }

@@ -1,9 +1,11 @@
 /**
  * Warm read and metadata (issue 3): the whole python image tree through a
  * layerd mount with a warm chunk cache, against squashfuse_ll and kernel
- * squashfs over a squashfs image of the same tree, in one run, interleaved.
+ * squashfs over a squashfs image of the same tree, and (issue 15) the
+ * eStargz peer stargz-store with a warm cache (stargzSystem below), in one
+ * run, interleaved.
  *
- *   node dist/bench/warm-read.js [--reps N] [--comp zstd|gzip] [--work DIR] [--out DIR]
+ *   node dist/bench/warm-read.js [--reps N] [--comp zstd|gzip] [--no-peers] [--work DIR] [--out DIR]
  *
  * Set-up (not timed): python-v1's OCI layout pushed into a node's fs store,
  * mounted, `layerctl pull --all` (every chunk in the lmdb cache);
@@ -29,10 +31,13 @@ import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode, type LayerdNode } from '../fixtures/layerd-harness.js'
 import { dropPageCaches, REPORT_OPTIONS, fmt, markdownTable, MB, median, residentBytes, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
+import { ensureStargzBinaries, publishEstargz, StargzNode } from './peers/stargz-store.js'
+import { TestRegistry } from '../fixtures/docker-registry.js'
 
 const SPEC = {
   reps: { type: 'string', default: '5', value: 'N' },
   comp: { type: 'string', default: 'zstd', value: 'ALGO' },
+  'no-peers': { type: 'boolean' },
   work: { type: 'string', default: '/var/tmp', value: 'DIR' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
@@ -121,6 +126,40 @@ async function layerdSystem (work: string, ociLayout: string): Promise<System & 
   return sys
 }
 
+/**
+ * stargz-store (bench/peers/stargz-store.ts) over the same image converted
+ * to eStargz in a loopback registry, its layers stacked with overlayfs, the
+ * whole tree read once in set-up so every byte is in its cache. "Cold" keeps
+ * the store running (a restart always starts with empty caches: its cache
+ * directories get new random names) and remounts the overlay, then drops
+ * the page cache: its on-disk cache is warm, nothing is resident.
+ */
+async function stargzSystem (work: string, ociLayout: string): Promise<System & { fetchedBytes: () => Promise<number> }> {
+  const bins = await ensureStargzBinaries()
+  const registry = await TestRegistry.start(join(work, 'registry'), 'plain')
+  try {
+    const esgz = await publishEstargz(bins, ociLayout, 'latest', work, registry.hostPort, 'bench/python')
+    const node = await StargzNode.start(bins, join(work, 'stargz'), registry.hostPort)
+    const mnt = await node.rootfs(esgz)
+    await timeShell(`tar -cf - -C ${shq(mnt)} . | wc -c`)
+    const fetchedBytes = async (): Promise<number> => (await registry.requests()).reduce((n, r) => n + r.bytes, 0)
+    return {
+      name: 'stargz-store',
+      mnt,
+      serverPid: async () => node.pid,
+      fetchedBytes,
+      reopenCold: async () => {
+        await node.remountRoots()
+        await dropPageCaches()
+      },
+      close: async () => { await node.stop(); await registry.stop() }
+    }
+  } catch (err) {
+    await registry.stop()
+    throw err
+  }
+}
+
 function squashSystem (name: string, mnt: string, mountCmd: string, fuse: boolean): System {
   return {
     name,
@@ -139,7 +178,7 @@ async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
   const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-warm-'))
-  const command = `node dist/bench/warm-read.js --reps ${REPS} --comp ${COMP}`
+  const command = `node dist/bench/warm-read.js --reps ${REPS} --comp ${COMP}${ARGS.flag('no-peers') ? ' --no-peers' : ''}`
   console.error(`${command}\n  work dir ${work}`)
   const load = startLoadSampler()
   const systems: System[] = []
@@ -160,6 +199,7 @@ async function main (): Promise<void> {
     systems.push(squashSystem('squashfuse_ll', fuseMnt, fuseMount, true))
     await timeShell(kernMount)
     systems.push(squashSystem('kernel squashfs', kernMnt, kernMount, false))
+    if (!ARGS.flag('no-peers')) systems.push(await stargzSystem(work, py.ociLayout))
 
     const workloads = [
       { name: 'read', script: (m: string) => `tar -cf - -C ${shq(m)} . | wc -c` },
@@ -189,6 +229,8 @@ async function main (): Promise<void> {
       }
     })))
     const samples = await runInterleaved(REPS, contenders, ss => ss.map(s => `${s.variant} ${fmt(s.seconds)} s`).join(', '))
+    const names = systems.map(s => s.name)
+    const stargzFetched = await (systems.find(s => s.name === 'stargz-store') as { fetchedBytes?: () => Promise<number> } | undefined)?.fetchedBytes?.()
     for (const sys of systems) await sys.close()
     systems.length = 0
 
@@ -205,7 +247,7 @@ async function main (): Promise<void> {
     const tables: string[] = []
     for (const w of workloads) {
       const rows: string[][] = []
-      for (const name of ['layerd', 'squashfuse_ll', 'kernel squashfs']) {
+      for (const name of names) {
         const cold = secs(name, w.name, 'cold')
         const hot = secs(name, w.name, 'hot')
         figures[`${name} ${w.name}`] = { cold, hot }
@@ -219,6 +261,8 @@ async function main (): Promise<void> {
     }
     const ratio = (w: string, v: string): number => figures[`layerd ${w}`]![v]! / figures[`squashfuse_ll ${w}`]![v]!
     const ratios = { readCold: ratio('read', 'cold'), readHot: ratio('read', 'hot'), metadataCold: ratio('metadata', 'cold'), metadataHot: ratio('metadata', 'hot') }
+    const vsStargz = (w: string, v: string): number => names.includes('stargz-store') ? figures[`stargz-store ${w}`]![v]! / figures[`layerd ${w}`]![v]! : NaN
+    const stargzRatios = { readCold: vsStargz('read', 'cold'), readHot: vsStargz('read', 'hot'), metadataCold: vsStargz('metadata', 'cold'), metadataHot: vsStargz('metadata', 'hot') }
     const markdown = [
       `Tree: python-v1 (pushed as its 2-layer OCI layout; layerd serves the merged view). squashfs: \`mksquashfs ROOTFS img.sqfs -comp ${COMP} -noappend\` ` +
         `(${fmt(sqfsBytes / MB)} MB, 128 KiB blocks), built once outside the timing. layerd's cache warmed by \`layerctl pull --all\`. ` +
@@ -227,6 +271,10 @@ async function main (): Promise<void> {
       ...tables.flatMap(t => [t, '']),
       `Target (issue 3): layerd within 1.5x of squashfuse_ll on the warm read → **${fmt(ratios.readCold)}x** with a cold page cache, **${fmt(ratios.readHot)}x** hot. ` +
         `Metadata: ${fmt(ratios.metadataCold)}x cold, ${fmt(ratios.metadataHot)}x hot.`,
+      '',
+      names.includes('stargz-store')
+        ? `Against stargz-store (the eStargz peer, its cache filled by one full read in set-up, ${fmt((stargzFetched ?? NaN) / MB)} MB from its registry in all; cold = overlay remounted and page cache dropped, the store kept running), layerd is **${fmt(stargzRatios.readCold)}x** faster on the cold read, ${fmt(stargzRatios.readHot)}x hot; metadata ${fmt(stargzRatios.metadataCold)}x cold, ${fmt(stargzRatios.metadataHot)}x hot.`
+        : 'stargz-store left out (--no-peers).',
       '',
       'CPU s: median CPU seconds of the workload\'s processes (tar + wc, or find; kernel squashfs decompresses in their system time) / of the serving process (layerd\'s daemon, squashfuse_ll; 10 ms ticks).',
       '',
@@ -239,11 +287,11 @@ async function main (): Promise<void> {
     ].join('\n')
     await writeReport({
       name: 'warm-read',
-      title: 'Warm read and metadata: layerd vs squashfuse_ll vs kernel squashfs',
+      title: 'Warm read and metadata: layerd vs squashfuse_ll, kernel squashfs and stargz-store',
       command,
       load: load.stop(),
       markdown,
-      data: { reps: REPS, comp: COMP, mksquashfs, sqfsBytes, tarBytes: [...tarBytes], figures, ratios, layerdFetchedBytes: layerd.fetchedBytes, lmdbResidentAfterDrop: layerd.lmdbResidentAfterDrop, samples: Object.fromEntries(samples) }
+      data: { reps: REPS, comp: COMP, mksquashfs, sqfsBytes, tarBytes: [...tarBytes], figures, ratios, stargzRatios, stargzFetchedBytes: stargzFetched, layerdFetchedBytes: layerd.fetchedBytes, lmdbResidentAfterDrop: layerd.lmdbResidentAfterDrop, samples: Object.fromEntries(samples) }
     }, ARGS.string('out'))
   } finally {
     for (const sys of systems) await sys.close().catch(err => console.error(`close ${sys.name}: ${(err as Error).message}`))

@@ -120,6 +120,8 @@ async function main (): Promise<number> {
     log(`cannot start: ${describeError(err)}`)
     return err instanceof AlreadyRunningError ? LAYERD_EXIT.ALREADY_RUNNING : LAYERD_EXIT.CANNOT_OPEN_HOME
   }
+  // The node's own store: its client's one-time set-up is paid now, while the daemon is idle, not by the first mount.
+  daemon.warmStore(snapshotterStore)
   const how = await new Promise<'stop' | 'handover'>(resolve => {
     const stop = (signal: string): void => { log(`${signal}: unmounting and stopping`); resolve('stop') }
     process.once('SIGTERM', () => stop('SIGTERM'))

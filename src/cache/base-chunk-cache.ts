@@ -139,6 +139,16 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
     return await this.quota.reclaim()
   }
 
+  async dropUnpinnedMeta (options: { dryRun?: boolean } = {}): Promise<{ objects: number, bytes: number }> {
+    this.#assertOpen('dropUnpinnedMeta')
+    await (this as EvictionSource).flushWrites?.() // coldest() lists what is committed
+    const victims: IndexedEntry[] = []
+    for (const e of this.coldest()) if (e.kind === 'meta' && !this.quota.isPinned(e.key) && !this.#writing.has(e.key)) victims.push(e)
+    const bytes = victims.reduce((n, e) => n + e.size, 0)
+    if (options.dryRun !== true) for (const e of victims) await this.remove('meta', e.key)
+    return { objects: victims.length, bytes }
+  }
+
   close (): Promise<void> {
     this.#closing ??= this.#close()
     return this.#closing

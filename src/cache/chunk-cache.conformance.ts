@@ -202,6 +202,24 @@ export function runChunkCacheConformance (t: Test, name: string, factory: CacheF
     t.equal(cache.stats().evictions, 5)
   })
 
+  t.test(`${name}.dropUnpinnedMeta() removes only unpinned metadata, never chunks; a dry run removes nothing`, async t => {
+    const { cache } = open(t)
+    const pinned = makeMeta('layers', 400)
+    const loose = [makeMeta('layers', 300), makeMeta('manifests', 200)]
+    const chunk = makeChunk(700)
+    await cache.putMeta(pinned.key, pinned.bytes, { pinned: true })
+    for (const m of loose) await cache.putMeta(m.key, m.bytes)
+    await cache.put(chunk.digest, chunk.bytes)
+    t.same(await cache.dropUnpinnedMeta({ dryRun: true }), { objects: 2, bytes: 500 })
+    t.ok(loose.every(m => cache.getMeta(m.key) !== undefined), 'the dry run removed nothing')
+    t.same(await cache.dropUnpinnedMeta(), { objects: 2, bytes: 500 })
+    t.ok(loose.every(m => cache.getMeta(m.key) === undefined), 'unpinned objects gone')
+    t.ok(cache.getMeta(pinned.key)?.equals(pinned.bytes), 'the pinned one kept')
+    t.ok(cache.get(chunk.digest)?.equals(chunk.bytes), 'chunks untouched')
+    t.match(cache.stats(), { metaObjects: 1, metaBytes: 400, chunks: 1 })
+    t.same(await cache.dropUnpinnedMeta(), { objects: 0, bytes: 0 })
+  })
+
   t.test(`${name} never evicts pinned metadata`, async t => {
     const { cache } = open(t, { capBytes: 5000, highWatermark: 0.8, lowWatermark: 0.4 })
     const pinned = makeMeta('layers', 500)

@@ -154,6 +154,14 @@ export interface ChunkCache {
   reclaim: () => Promise<number>
 
   /**
+   * Remove every metadata object (TOC, manifest) no pin holds: what `layerctl
+   * gc node` frees of images no longer mounted here (a later mount reads them
+   * from the store again). Async; resolves with what was (with `dryRun`:
+   * would be) removed.
+   */
+  dropUnpinnedMeta: (options?: { dryRun?: boolean }) => Promise<{ objects: number, bytes: number }>
+
+  /**
    * Persist access times and flush pending writes, then release the cache.
    * Idempotent; after close every other method throws UsageError.
    */

@@ -91,7 +91,7 @@ function randomLine (r: Rng, id: number): string {
   const params: Record<string, unknown> = {}
   for (const [k, kind] of Object.entries(spec)) {
     // A value of the right type for some fields, anything for others.
-    params[k] = r.int(3) === 0 ? jsonValue(r) : kind.startsWith('boolean') ? r.int(2) === 0 : r.string()
+    params[k] = r.int(3) === 0 ? jsonValue(r) : kind.startsWith('boolean') ? r.int(2) === 0 : kind.startsWith('number') ? r.int(1000) : r.string()
   }
   switch (r.int(9)) {
     case 0: return JSON.stringify(jsonValue(r, 3))
@@ -174,13 +174,14 @@ t.test('every JSON value type as a whole request, and each method with each para
   for (const name of PROTOTYPE_NAMES) lines.push([JSON.stringify({ id: 2, method: name }), new RegExp(`unknown method ${JSON.stringify(name).replace(/[$()*+.?[\\\]^{|}]/g, '\\$&')}`)])
   for (const method of METHODS) {
     const spec = CONTROL_PARAMS[method] as Record<string, string>
-    const good = Object.fromEntries(Object.entries(spec).map(([k, kind]) => [k, kind.startsWith('boolean') ? true : '/fuzz-nope']))
+    const good = Object.fromEntries(Object.entries(spec).map(([k, kind]) => [k, kind.startsWith('boolean') ? true : kind.startsWith('number') ? 1 : '/fuzz-nope']))
     for (const [k, kind] of Object.entries(spec)) {
       if (!kind.endsWith('?')) {
         const { [k]: _dropped, ...missing } = good
         lines.push([JSON.stringify({ id: 3, method, params: missing }), new RegExp(`\\(${method}\\): params\\.${k} is missing`)])
       }
-      for (const wrong of [null, 7, [], {}, kind.startsWith('boolean') ? 'yes' : false]) {
+      const wrongs = kind.startsWith('number') ? [null, 'seven', [], {}, false, -1] : [null, 7, [], {}, kind.startsWith('boolean') ? 'yes' : false]
+      for (const wrong of wrongs) {
         lines.push([JSON.stringify({ id: 4, method, params: { ...good, [k]: wrong } }), new RegExp(`\\(${method}\\): params\\.${k} must be`)])
       }
     }

@@ -49,7 +49,7 @@ export { BadRequestError }
  * a string that is an absolute path (the daemon does not share the caller's
  * working directory); `boolean`: true or false. A trailing `?`: may be absent.
  */
-export type FieldSpec = 'string' | 'string?' | 'path' | 'path?' | 'boolean' | 'boolean?'
+export type FieldSpec = 'string' | 'string?' | 'path' | 'path?' | 'boolean' | 'boolean?' | 'number'
 
 const STORE = { store: 'string', s3Endpoint: 'string?' } as const
 
@@ -63,6 +63,9 @@ export const CONTROL_PARAMS = {
   blockView: { image: 'string', ...STORE },
   stats: { mountpoint: 'path?' },
   prefetch: { mountpoint: 'path', wait: 'boolean?' },
+  publishTrace: { image: 'string', ...STORE },
+  gcNode: { dryRun: 'boolean?', ...STORE },
+  sandboxCreated: { tier: 'string', seconds: 'number' },
   pull: { image: 'string', all: 'boolean?', ...STORE },
   export: { image: 'string', tarFile: 'path?', directory: 'path?', ...STORE },
   memory: { settle: 'boolean?' },
@@ -71,7 +74,7 @@ export const CONTROL_PARAMS = {
 
 export type ControlMethod = keyof typeof CONTROL_PARAMS
 
-type FieldType<S> = S extends 'boolean' | 'boolean?' ? boolean : string
+type FieldType<S> = S extends 'boolean' | 'boolean?' ? boolean : S extends 'number' ? number : string
 type Flatten<T> = { [K in keyof T]: T[K] }
 type ParamsFromSpec<S> = Flatten<
   { [K in keyof S as S[K] extends `${string}?` ? never : K]: FieldType<S[K]> } &
@@ -130,6 +133,8 @@ export interface NodeStats {
   /** This daemon: its pid, errors nobody awaited (logged with their stack), and known library leftovers (process-guards.ts). */
   daemon: { pid: number, unhandledRejections: number, expectedRejections: number }
   memory: DaemonMemoryResult
+  /** Sandbox creations reported by their creators (control method sandboxCreated), by tier. */
+  sandboxCreates: Record<string, { count: number, sumSeconds: number }>
 }
 
 /** Where the daemon's memory is (src/daemon/memory-report.ts), and what its settler gave back (memory-settler.ts). Bytes. */
@@ -148,6 +153,18 @@ export interface DaemonMemoryResult {
 /** One mount's counters (`stats` with a mountpoint). */
 export type MountStatsResult = MountStats & { cache: CacheCounters }
 export type PrefetchAnswer = { chunks: number, traced: number } & ({ started: true } | PrefetchCounts)
+/** `layerctl gc node`, the daemon's half (src/daemon/node-gc.ts). */
+export interface NodeGcResult {
+  dryRun: boolean
+  /** Traces of manifests the store no longer holds, removed; traces kept. */
+  traces: { removed: string[], kept: number }
+  /** Directories under `<home>/images` with nothing mounted, removed. */
+  mountDirs: { removed: string[] }
+  /** Cached metadata objects no mount pins, dropped. */
+  metadata: { objects: number, bytes: number }
+}
+/** `layerctl trace publish`: the trace object written (src/image/published-traces.ts). */
+export interface PublishTraceResult { manifest: string, key: string, chunks: number }
 export interface PullResult { manifest: string, layers: number, metadataBytes: number, chunks: number, fetchedBytes: number, failed: number }
 export interface ExportResult { manifest: string, entries: number, contentBytes: number, fetchedBytes: number }
 type Empty = Record<string, never>
@@ -162,6 +179,9 @@ export interface ControlResults {
   blockView: BlockViewInfo
   stats: NodeStats | MountStatsResult
   prefetch: PrefetchAnswer
+  publishTrace: PublishTraceResult
+  gcNode: NodeGcResult
+  sandboxCreated: Empty
   pull: PullResult
   export: ExportResult
   memory: DaemonMemoryResult

@@ -74,6 +74,7 @@ function checkParams (method: ControlMethod, params: Record<string, unknown>): s
 
 function checkField (kind: string, v: unknown): string | undefined {
   if (kind === 'boolean') return typeof v === 'boolean' ? undefined : `must be true or false, got ${jsonType(v)}`
+  if (kind === 'number') return typeof v === 'number' && Number.isFinite(v) && v >= 0 ? undefined : `must be a number >= 0, got ${typeof v === 'number' ? String(v) : jsonType(v)}`
   if (typeof v !== 'string') return `must be ${describeKind(kind)}, got ${jsonType(v)}`
   if (v.includes('\0')) return 'must not contain a NUL character'
   if (kind === 'path' && !v.startsWith('/')) return `must be an absolute path, got ${quote(v)}`
@@ -81,7 +82,7 @@ function checkField (kind: string, v: unknown): string | undefined {
 }
 
 function describeKind (kind: string): string {
-  return kind === 'path' ? 'a string: an absolute path' : kind === 'boolean' ? 'true or false' : 'a string'
+  return kind === 'path' ? 'a string: an absolute path' : kind === 'boolean' ? 'true or false' : kind === 'number' ? 'a number >= 0' : 'a string'
 }
 
 function isPlainObject (v: unknown): v is Record<string, unknown> {

@@ -34,8 +34,10 @@ import type { BlockViews } from './block-views.js'
 import { readDaemonMemory } from './memory-report.js'
 import { MemorySettler } from './memory-settler.js'
 import { releaseReadBuffers } from '../fs/kernel-fuse.js'
-import { StorePool } from './store-pool.js'
+import { StorePool, type StoreLocation } from './store-pool.js'
+import { collectNode } from './node-gc.js'
 import { createDaemonRegistry, serveMetrics } from '../metrics/daemon-metrics.js'
+import { MAX_SANDBOX_TIERS, observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
 import { HeldConnections } from '../holder/connection-keeper.js'
 
 export interface DaemonConfig {
@@ -177,6 +179,20 @@ export class LayerdDaemon {
     }
   }
 
+  /**
+   * Open the store at `loc` and, if it is remote, do its one-time client
+   * set-up in the background (ObjectStore.warm). Sync; never throws: a bad
+   * location is reported by the first request that uses it.
+   */
+  warmStore (loc: StoreLocation): void {
+    try {
+      const { store } = this.#stores!.get(loc)
+      if (store.remote === true) void store.warm?.()
+    } catch (err) {
+      this.config.log(`cannot open the node's store ${loc.store}: ${(err as Error).message}`)
+    }
+  }
+
   /** Unmount everything and release the node. Idempotent. */
   async stop (): Promise<void> {
     this.#stopping ??= (async () => {
@@ -230,6 +246,15 @@ export class LayerdDaemon {
         const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
         return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
       },
+      publishTrace: async p => await mounts.publishTrace(p),
+      sandboxCreated: async p => {
+        if (!/^[a-z][a-z0-9-]{0,31}$/.test(p.tier)) throw new BadRequestError(`sandboxCreated: tier ${JSON.stringify(p.tier).slice(0, 60)} is not a tier name`)
+        if (!observeSandboxCreate(p.tier, p.seconds)) this.config.log(`sandboxCreated: more than ${MAX_SANDBOX_TIERS} tiers reported; ${p.tier} not recorded`)
+        return {}
+      },
+      gcNode: async p => await collectNode({
+        db: this.#db!, cache: this.#cache!, store: this.#stores!.get(p).store, liveManifests: mounts.liveManifests(), sharedDir: mounts.sharedDir, log: this.config.log
+      }, { dryRun: p.dryRun === true }),
       pull: async p => await this.#pull(p),
       export: async p => await this.#export(p),
       memory: async p => {
@@ -250,7 +275,7 @@ export class LayerdDaemon {
 
   /** Node-wide figures: what `stats` without a mountpoint answers, and what /metrics reads. */
   #nodeStats (): NodeStats {
-    return { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: this.#mounts!.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory() }
+    return { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: this.#mounts!.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory(), sandboxCreates: Object.fromEntries([...sandboxCreates].map(([tier, h]) => [tier, { count: h.count, sumSeconds: h.sum }])) }
   }
 
   /** The metrics server's port (0-port configs bind an ephemeral one), or undefined when off. */

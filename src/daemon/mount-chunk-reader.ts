@@ -21,6 +21,8 @@ export class MountChunkReader implements ChunkReader {
   readonly #neighbours: () => BlobNeighbours
   readonly #isCached: (digest: string) => boolean
   readonly #budget: number
+  /** Chunks this mount fetched ahead of use (neighbours, prefetch), by digest: traced on their first use. */
+  readonly #ahead = new Map<string, ChunkRef>()
 
   constructor (fetcher: ChunkFetcher, storeName: string, opts: {
     onPrefetchError: (err: unknown) => void
@@ -37,7 +39,12 @@ export class MountChunkReader implements ChunkReader {
   }
 
   getCached (digest: string): Uint8Array | undefined {
-    return this.#fetcher.getCached(digest, this.stats)
+    const data = this.#fetcher.getCached(digest, this.stats)
+    if (data !== undefined && this.#ahead.size > 0) {
+      const ahead = this.#ahead.get(digest)
+      if (ahead !== undefined) { this.#ahead.delete(digest); this.trace.record([ahead]) }
+    }
+    return data
   }
 
   /** Demand read of `refs`, extended to their blob neighbours in the same range GETs (blob-neighbours.ts; the budget depends on the store). */
@@ -45,12 +52,23 @@ export class MountChunkReader implements ChunkReader {
     this.trace.record(refs)
     const extra = this.#neighbours().extend(refs, this.#isCached, this.#budget)
     if (extra.length === 0) return await this.#fetcher.read(refs, { stats: this.stats })
+    this.#fetchedAhead(extra)
     const all = await this.#fetcher.read([...refs, ...extra], { stats: this.stats })
     return all.slice(0, refs.length)
   }
 
   prefetch (refs: readonly ChunkRef[]): void {
+    this.#fetchedAhead(refs)
     this.#fetcher.prefetch(refs, { stats: this.stats }).catch(this.#onPrefetchError)
+  }
+
+  /**
+   * The trace holds the chunks a workload used in the order it first used
+   * them: a demand miss when it happens, a chunk fetched ahead when it is
+   * first read from the cache. Chunks another mount had cached are not seen.
+   */
+  #fetchedAhead (refs: readonly ChunkRef[]): void {
+    for (const r of refs) if (!this.#isCached(r.digest)) this.#ahead.set(r.digest, r)
   }
 
   fetchedBytes (): number {

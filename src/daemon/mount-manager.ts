@@ -35,6 +35,7 @@ import type { FuseBackend } from '../fs/fuse-binding.js'
 import { lazyUnmount, mountedFsType } from '../fs/fuse-binding.js'
 import { loadImage, loadLayerTocs, type LoadedImage } from '../image/load-image.js'
 import { resolveRef } from '../image/refs.js'
+import { getPublishedTrace, putPublishedTrace } from '../image/published-traces.js'
 import type { NodeDb } from '../state/node-db.js'
 import { MountTable } from '../state/mount-table.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
@@ -116,9 +117,44 @@ export class MountManager {
     this.#refuseMounted(req.image, mountpoint)
     const loc = locationOf(req)
     const loaded = preloaded ?? await this.#load(loc, req.image)
+    const published = this.#publishedTrace(loc, loaded) // its GET overlaps the FUSE mount
     const m = await this.#mountLayers(loc, mountpoint, req.image, loaded, loaded.manifest.layers.map(l => l.digest), loaded.tocs, undefined, started)
     this.#rows.put({ mountpoint: m.info.mountpoint, image: req.image, manifest: m.image.digest, store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }), mountedAt: m.info.mountedAt })
+    void published.then(refs => {
+      if (refs === undefined || refs.length === 0 || this.#mounts.get(m.info.mountpoint) !== m) return
+      this.#log(`${m.info.mountpoint}: prefetching the ${refs.length} chunks of ${req.image}'s published access trace`)
+      m.reader.prefetch(refs)
+    })
     return m.info
+  }
+
+  /**
+   * The published access trace of `loaded` (src/image/published-traces.ts),
+   * or undefined when there is none or it cannot be read: it is only a hint,
+   * so a failure is logged and the mount goes on. Async; never rejects.
+   */
+  async #publishedTrace (loc: StoreLocation, loaded: LoadedImage): Promise<ChunkRef[] | undefined> {
+    try {
+      return await getPublishedTrace(this.#stores.get(loc).store, loaded.digest, loaded.tocs)
+    } catch (err) {
+      this.#log(`published access trace of ${loaded.digest}: ${(err as Error).message}`)
+      return undefined
+    }
+  }
+
+  /**
+   * Publish the node's access trace of the image `req.image` (what its
+   * mounts here read first) to its store, for other nodes to prefetch at
+   * mount. Async. Throws NotFoundError when this node has no trace of it (a
+   * trace is saved when a mount of the image ends).
+   */
+  async publishTrace (req: StoreLocation & { image: string }): Promise<{ manifest: string, key: string, chunks: number }> {
+    const loc = locationOf({ ...req, mountpoint: '' })
+    const loaded = await this.#load(loc, req.image)
+    const trace = this.#traces.load(loaded.digest)
+    if (trace.length === 0) throw new NotFoundError(`cannot publish a trace of ${req.image}: no mount of it (manifest ${loaded.digest}) has ended on this node yet, so there is no access trace to publish`)
+    const { key, chunks } = await putPublishedTrace(this.#stores.get(loc).store, loaded.digest, loaded.tocs, trace)
+    return { manifest: loaded.digest, key, chunks }
   }
 
   #refuseMounted (image: string, mountpoint: string): void {
@@ -269,6 +305,14 @@ export class MountManager {
     }
     return await pending
   }
+
+  /** The manifests of every image mounted now (plain mounts, stacks and shared images). Sync. */
+  liveManifests (): Set<string> {
+    return new Set([...this.#mounts.values()].map(m => m.image.digest))
+  }
+
+  /** Where shared images and stacks are mounted (`<home>/images`). */
+  get sharedDir (): string { return this.#sharedDir }
 
   /** Unmount. Async. Throws NotFoundError when `mountpoint` is not a layerd mount. */
   async unmount (mountpoint: string): Promise<void> {

@@ -11,6 +11,7 @@
  * | layer-by-diff/<diff_id hex>  | the TOC digest of a layer pushed from a tar with that diff_id (a hint: verified on use) |
  * | layer-by-blob/<digest hex>   | the TOC digest of a layer pushed from a stored (compressed) blob with that digest, e.g. a registry layer (a hint: verified on use) |
  * | block-views/<manifest hex>   | the digest of that image's block-view manifest (src/daemon/block-views.ts) |
+ * | traces/<manifest hex>        | that image's published access trace (JSON; published-trace.ts): chunks to prefetch at mount |
  * | gc/leases/<id>               | a writer's lease: gc waits for it (src/store/store-leases.ts) |
  * | gc/condemned/<gc id>         | the objects a running gc is about to delete |
  * | gc/clock/<id>                | written to read the store's clock |
@@ -27,6 +28,7 @@ export const REFS_PREFIX = 'refs/'
 export const LAYER_BY_DIFF_PREFIX = 'layer-by-diff/'
 export const LAYER_BY_BLOB_PREFIX = 'layer-by-blob/'
 export const BLOCK_VIEWS_PREFIX = 'block-views/'
+export const TRACES_PREFIX = 'traces/'
 /** Hints (`layer-by-diff/`, `layer-by-blob/`, …): every key under a prefix starting with this names a TOC digest. */
 export const LAYER_HINT_PREFIX = 'layer-by-'
 /** Garbage collection's coordination objects; never content, never collected as garbage. */
@@ -39,6 +41,8 @@ export const blobKey = (hex: string): string => BLOBS_PREFIX + hex
 export const blobIndexKey = (hex: string): string => BLOB_INDEX_PREFIX + hex
 export const layerKey = (hex: string): string => LAYERS_PREFIX + hex
 export const manifestKey = (hex: string): string => MANIFESTS_PREFIX + hex
+/** Key of the published access trace of the manifest with this sha256 hex. */
+export const traceKey = (manifestHex: string): string => TRACES_PREFIX + manifestHex
 export const layerByDiffKey = (diffHex: string): string => LAYER_BY_DIFF_PREFIX + diffHex
 /** Key of the hint for the layer whose stored blob (OCI descriptor digest: compressed bytes) has this sha256 hex. */
 export const layerByBlobKey = (blobHex: string): string => LAYER_BY_BLOB_PREFIX + blobHex

@@ -13,7 +13,7 @@
 import { NotFoundError } from '../errors.js'
 import { digestHex, isDigest, isHex256, type Digest } from '../format/digest.js'
 import {
-  BLOB_INDEX_PREFIX, BLOBS_PREFIX, BLOCK_VIEWS_PREFIX, GC_PREFIX, LAYER_HINT_PREFIX, LAYERS_PREFIX, MANIFESTS_PREFIX, REFS_PREFIX,
+  BLOB_INDEX_PREFIX, BLOBS_PREFIX, BLOCK_VIEWS_PREFIX, GC_PREFIX, LAYER_HINT_PREFIX, LAYERS_PREFIX, MANIFESTS_PREFIX, REFS_PREFIX, TRACES_PREFIX, traceKey,
   blobKey, layerKey, manifestKey
 } from '../format/keys.js'
 import { decodeRefRecord } from '../format/manifest.js'
@@ -21,9 +21,9 @@ import { getManifest, getToc } from '../image/metadata-objects.js'
 import type { ListedObject, ObjectStore } from '../store/object-store.js'
 
 /** What an object is, by its key. */
-export type ObjectKind = 'blob' | 'blob-index' | 'toc' | 'manifest' | 'ref' | 'block-view' | 'hint' | 'other'
+export type ObjectKind = 'blob' | 'blob-index' | 'toc' | 'manifest' | 'ref' | 'block-view' | 'trace' | 'hint' | 'other'
 
-export const OBJECT_KINDS: readonly ObjectKind[] = ['blob', 'blob-index', 'toc', 'manifest', 'ref', 'block-view', 'hint', 'other']
+export const OBJECT_KINDS: readonly ObjectKind[] = ['blob', 'blob-index', 'toc', 'manifest', 'ref', 'block-view', 'trace', 'hint', 'other']
 
 export function kindOf (key: string): ObjectKind {
   if (key.startsWith(BLOBS_PREFIX)) return 'blob'
@@ -32,6 +32,7 @@ export function kindOf (key: string): ObjectKind {
   if (key.startsWith(MANIFESTS_PREFIX)) return 'manifest'
   if (key.startsWith(REFS_PREFIX)) return 'ref'
   if (key.startsWith(BLOCK_VIEWS_PREFIX)) return 'block-view'
+  if (key.startsWith(TRACES_PREFIX)) return 'trace'
   if (key.startsWith(LAYER_HINT_PREFIX)) return 'hint'
   return 'other'
 }
@@ -118,6 +119,9 @@ export class StoreGraph {
         const view = await this.#pointer(pointer)
         if (view !== undefined) { live.add(pointer); await markManifest(view) }
       }
+      // Its published access trace lives exactly as long as it does.
+      const trace = traceKey(digestHex(digest))
+      if (objects.has(trace)) live.add(trace)
     }
 
     for (const key of objects.keys()) {

@@ -52,3 +52,28 @@ export const STORE_RESULTS: readonly StoreResult[] = ['ok', 'not_found', 'error'
 export const storeRequests: Record<StoreOpName, Record<StoreResult, number>> = Object.fromEntries(
   STORE_OPS.map(op => [op, { ok: 0, not_found: 0, error: 0 }])) as Record<StoreOpName, Record<StoreResult, number>>
 
+
+/** Upper bounds (seconds) of the sandbox create duration histogram: 10 ms … 2 min (a VM under TCG takes tens of seconds). */
+export const SANDBOX_CREATE_BUCKETS: readonly number[] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120]
+
+/**
+ * Sandbox creations by tier, as their creators report them to the daemon
+ * (control method `sandboxCreated`: a sandbox is made in its caller's
+ * process, so only the caller can time it).
+ */
+export const sandboxCreates = new Map<string, PlainHistogram>()
+
+/** At most this many tier series: a buggy client naming tiers at random cannot grow the exposition without bound. */
+export const MAX_SANDBOX_TIERS = 16
+
+/** Record one creation of `tier` that took `seconds`. Sync. Returns false (nothing recorded) past MAX_SANDBOX_TIERS distinct tiers. */
+export function observeSandboxCreate (tier: string, seconds: number): boolean {
+  let h = sandboxCreates.get(tier)
+  if (h === undefined) {
+    if (sandboxCreates.size >= MAX_SANDBOX_TIERS) return false
+    h = new PlainHistogram(SANDBOX_CREATE_BUCKETS)
+    sandboxCreates.set(tier, h)
+  }
+  h.observe(seconds)
+  return true
+}

@@ -13,7 +13,7 @@
 import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { UsageError } from '../errors.js'
-import { fuseReads, storeRequests, STORE_OPS, STORE_RESULTS, type PlainHistogram } from './counters.js'
+import { fuseReads, sandboxCreates, SANDBOX_CREATE_BUCKETS, storeRequests, STORE_OPS, STORE_RESULTS, type PlainHistogram } from './counters.js'
 
 /** What the daemon gives the registry to read at scrape time. */
 export interface MetricSources {
@@ -39,14 +39,14 @@ function scrapedGauge (registry: Registry, name: string, help: string, read: () 
   const g: Gauge = new Gauge({ name, help, registers: [registry], collect () { g.set(read()) } })
 }
 
-/** A prom-client histogram whose buckets are a PlainHistogram's, copied at scrape time. */
+/** A prom-client histogram whose series are PlainHistograms (one per label set), copied at scrape time. */
 class PlainBackedHistogram extends Histogram {
-  readonly #plain: PlainHistogram
+  readonly #series: () => Array<{ labels: Record<string, string>, hist: PlainHistogram }>
   readonly #name: string
   readonly #help: string
-  constructor (registry: Registry, name: string, help: string, plain: PlainHistogram) {
-    super({ name, help, buckets: [...plain.bounds], registers: [registry] })
-    this.#plain = plain
+  constructor (registry: Registry, name: string, help: string, buckets: readonly number[], series: () => Array<{ labels: Record<string, string>, hist: PlainHistogram }>, labelNames: string[] = []) {
+    super({ name, help, buckets: [...buckets], labelNames, registers: [registry] })
+    this.#series = series
     this.#name = name
     this.#help = help
   }
@@ -57,13 +57,14 @@ class PlainBackedHistogram extends Histogram {
   }
 
   override async get (): Promise<any> {
-    const p = this.#plain
     const values: Array<{ labels: Record<string, string | number>, value: number, metricName: string }> = []
-    let cumulative = 0
-    p.bounds.forEach((le, i) => { cumulative += p.counts[i]!; values.push({ labels: { le }, value: cumulative, metricName: `${this.#name}_bucket` }) })
-    values.push({ labels: { le: '+Inf' }, value: p.count, metricName: `${this.#name}_bucket` })
-    values.push({ labels: {}, value: p.sum, metricName: `${this.#name}_sum` })
-    values.push({ labels: {}, value: p.count, metricName: `${this.#name}_count` })
+    for (const { labels, hist: p } of this.#series()) {
+      let cumulative = 0
+      p.bounds.forEach((le, i) => { cumulative += p.counts[i]!; values.push({ labels: { ...labels, le }, value: cumulative, metricName: `${this.#name}_bucket` }) })
+      values.push({ labels: { ...labels, le: '+Inf' }, value: p.count, metricName: `${this.#name}_bucket` })
+      values.push({ labels, value: p.sum, metricName: `${this.#name}_sum` })
+      values.push({ labels, value: p.count, metricName: `${this.#name}_count` })
+    }
     return { name: this.#name, help: this.#help, type: 'histogram', values, aggregator: 'sum' }
   }
 }
@@ -103,7 +104,10 @@ export function createDaemonRegistry (sources: MetricSources): Registry {
     collect () { fuse.reset(); fuse.inc({ op: 'read' }, fuseReads.requests) }
   })
   scrapedCounter(registry, 'layerd_fuse_read_bytes_total', 'Bytes returned by FUSE reads.', () => fuseReads.bytes)
-  void new PlainBackedHistogram(registry, 'layerd_fuse_read_duration_seconds', 'Time from a FUSE read reaching JavaScript to its bytes being ready.', fuseReads.duration)
+  void new PlainBackedHistogram(registry, 'layerd_fuse_read_duration_seconds', 'Time from a FUSE read reaching JavaScript to its bytes being ready.',
+    fuseReads.duration.bounds, () => [{ labels: {}, hist: fuseReads.duration }])
+  void new PlainBackedHistogram(registry, 'layerd_sandbox_create_duration_seconds', 'Time to create a sandbox (until it can run commands), by tier, as its creator reports it (stats: sandboxCreates).',
+    SANDBOX_CREATE_BUCKETS, () => [...sandboxCreates].map(([tier, hist]) => ({ labels: { tier }, hist })), ['tier'])
   scrapedGauge(registry, 'layerd_mounts', 'Image mounts served by this daemon (stats: mounts).', () => node().mounts)
   const sandboxes: Gauge<'tier' | 'state'> = new Gauge({
     name: 'layerd_sandboxes',

@@ -13,6 +13,8 @@ import { parseRef } from '../format/ref.js'
 import { pushImage } from '../image/push.js'
 import { openMemoryNodeDb } from '../state/node-db.js'
 import { openStore } from '../store/open-store.js'
+import { freePort } from '../../fixtures/free-port.js'
+import { createRequire } from 'node:module'
 import { createSandbox } from './create-sandbox.js'
 import type { Tier } from '../runtime/sandbox.js'
 
@@ -24,7 +26,8 @@ const node = layerdNode(join(work, 'home'))
   await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
   await store.close()
 }
-await node.startDaemon()
+const metricsPort = await freePort()
+await node.startDaemon(['--metrics-addr', `127.0.0.1:${metricsPort}`])
 t.teardown(() => node.stopDaemon())
 const base = { image: 'deb/python:v1', home: node.home, store: node.store }
 
@@ -135,6 +138,36 @@ t.test('layerctl run reports a bad tier or image as its own failure (exit 125), 
   const missing = await node.layerctl('run', 'deb/nope:v1', '--', 'true')
   t.equal(missing.code, 125)
   t.match(missing.stderr, /image deb\/nope:v1 not found/)
+})
+
+t.test('createSandbox() reports its duration to the daemon: layerd_sandbox_create_duration_seconds{tier} moves and agrees with stats', async t => {
+  const parse = createRequire(import.meta.url)('parse-prometheus-text-format') as (text: string) => Array<{ name: string, type: string, metrics: Array<{ labels?: Record<string, string>, count?: string, sum?: string, buckets?: Record<string, string> }> }>
+  const scrape = async (): Promise<{ type: string, count: number, sum: number, buckets: Record<string, string> } | undefined> => {
+    const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text()
+    const family = parse(text).find(f => f.name === 'layerd_sandbox_create_duration_seconds')
+    // The parser keeps a labelled histogram's buckets but drops its labels, sum and count: read those samples directly.
+    const sample = (suffix: string, le?: string): number | undefined => {
+      const line = text.split('\n').find(l => l.startsWith(`layerd_sandbox_create_duration_seconds_${suffix}{`) && l.includes('tier="process"') && (le === undefined || l.includes(`le="${le}"`)))
+      return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1))
+    }
+    const count = sample('count')
+    if (family === undefined || count === undefined) return undefined
+    return { type: family.type, count, sum: sample('sum')!, buckets: { '+Inf': String(sample('bucket', '+Inf')) } }
+  }
+  const prior = await scrape()
+  const before = prior?.count ?? 0
+  const t0 = performance.now()
+  for (let i = 0; i < 2; i++) await (await createSandbox({ ...base, tier: 'process' })).destroy()
+  const wall = (performance.now() - t0) / 1000
+  const after = await scrape()
+  t.equal(after?.type, 'HISTOGRAM')
+  t.equal(after?.count, before + 2, 'two creations observed')
+  const stats = JSON.parse((await node.layerctl('stats', '--json')).stdout) as { sandboxCreates: Record<string, { count: number, sumSeconds: number }> }
+  t.equal(stats.sandboxCreates.process?.count, after?.count, 'the count agrees with stats')
+  t.equal(stats.sandboxCreates.process?.sumSeconds, after?.sum, 'the sum agrees with stats')
+  const added = after!.sum - (prior?.sum ?? 0)
+  t.ok(added > 0 && added <= wall, `the two observations are real durations (${added.toFixed(3)} s, within the ${wall.toFixed(3)} s the creations and destroys took)`)
+  t.equal(Number(after!.buckets['+Inf']), after!.count, 'the +Inf bucket holds every observation')
 })
 
 t.test('layerd stops cleanly with sandbox images mounted, leaving no mount behind', async t => {

@@ -57,6 +57,7 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
   const driver = driverFor(opts.tier, { ...opts, vm: opts.vm ?? settings.vm })
   const why = await driver.unavailableReason()
   if (why !== undefined) throw new UnsupportedError(`cannot create a ${opts.tier} sandbox: ${why}`)
+  const started = performance.now()
   const daemon = await connectDaemon({ home: settings.home })
   const isVm = opts.tier === 'microvm' || opts.tier === 'vm'
   const where = { image: opts.image, store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
@@ -69,8 +70,9 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
       const shared = await daemon.call('image', where)
       exposure = { rootfs: shared.mountpoint, manifest: shared.manifest, config: shared.config, ms: shared.mountMs }
     }
-  } finally {
+  } catch (err) {
     daemon.close()
+    throw err
   }
   const id = `sb-${randomBytes(6).toString('hex')}`
   // Traversable (not listable): a sandbox that runs as the image's user reaches its root through these.
@@ -94,11 +96,15 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
       ...(exposure.blockView === undefined ? {} : { blockView: exposure.blockView })
     })
   } catch (err) {
+    daemon.close()
     await cleanupSandbox(record).catch(() => {})
     registry.remove(id)
     db.close()
     throw err
   }
+  // The daemon's layerd_sandbox_create_duration_seconds: only this process can time the creation. A lost report loses nothing else.
+  await daemon.call('sandboxCreated', { tier: opts.tier, seconds: (performance.now() - started) / 1000 }).catch(() => {})
+  daemon.close()
   let destroyed: Promise<void> | undefined
   return {
     id,

@@ -17,7 +17,7 @@ import { containerdService, type ContainerdService } from './containerd-protos.j
 import { AlreadyExistsError } from './snapshot-errors.js'
 
 /** containerd's default socket. */
-export const DEFAULT_CONTAINERD_ADDRESS = '/run/containerd/containerd.sock'
+export { DEFAULT_CONTAINERD_ADDRESS } from './snapshotter-paths.js'
 const CALL_TIMEOUT_MS = 120_000
 
 export interface WireDescriptor { media_type: string, digest: string, size: number, annotations?: Record<string, string> }

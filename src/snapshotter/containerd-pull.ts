@@ -51,29 +51,41 @@ export interface ContainerdPullOptions {
   snapshotter?: string
 }
 
-export interface ContainerdPullResult { name: string, manifest: Digest, layers: number, remote: number, alreadyThere: number, ms: number }
+export interface ContainerdPullResult { name: string, manifest: Digest, layers: number, remote: number, alreadyThere: number, ms: number, phases: Record<string, number> }
 
 /** Pull `opts.image` into containerd as described above. Async; LayerdErrors name the image, layer and containerd's answer. */
 export async function containerdPull (opts: ContainerdPullOptions): Promise<ContainerdPullResult> {
   const started = performance.now()
+  const phases: Record<string, number> = {}
+  let last = started
+  const phase = (name: string): void => { const now = performance.now(); phases[name] = (phases[name] ?? 0) + (now - last); last = now }
   const snapshotter = opts.snapshotter ?? SNAPSHOTTER_NAME
   const fromRegistry = opts.image.startsWith('docker://')
-  const oci = fromRegistry
-    ? await registryOciImage(opts.image, opts.registry ?? { env: process.env })
-    : ociImageOf(opts.image, await layerdManifest(opts.store, opts.image))
-  const name = opts.name ?? ('ref' in oci ? oci.ref as string : opts.image)
   const client = new ContainerdClient(opts.address, opts.namespace)
   try {
-    await client.takeLease(`layerctl-pull-${randomBytes(8).toString('hex')}`, LEASE_EXPIRE_MS)
-    await client.writeContent(oci.config.digest, oci.config.bytes, { [`containerd.io/gc.ref.snapshot.${snapshotter}`]: oci.layers.at(-1)!.chainId })
+    // The image's metadata and containerd's lease (its first call loads the protos and connects) at once.
+    const [oci] = await Promise.all([
+      fromRegistry
+        ? registryOciImage(opts.image, opts.registry ?? { env: process.env })
+        : layerdManifest(opts.store, opts.image).then(m => ociImageOf(opts.image, m)),
+      client.takeLease(`layerctl-pull-${randomBytes(8).toString('hex')}`, LEASE_EXPIRE_MS)
+    ])
+    const name = opts.name ?? ('ref' in oci ? oci.ref as string : opts.image)
+    phase('manifest+lease')
     const manifestLabels: Record<string, string> = { 'containerd.io/gc.ref.content.config': oci.config.digest }
     oci.layers.forEach((l, i) => { manifestLabels[`containerd.io/gc.ref.content.l.${i}`] = l.digest })
-    await client.writeContent(oci.manifest.digest, oci.manifest.bytes, manifestLabels)
+    await Promise.all([
+      client.writeContent(oci.config.digest, oci.config.bytes, { [`containerd.io/gc.ref.snapshot.${snapshotter}`]: oci.layers.at(-1)!.chainId }),
+      client.writeContent(oci.manifest.digest, oci.manifest.bytes, manifestLabels)
+    ])
+    phase('content')
     let remote = 0
     let alreadyThere = 0
     let parent = ''
     for (const [i, layer] of oci.layers.entries()) {
-      if (await snapshotExists(client, snapshotter, layer.chainId)) {
+      const there = await snapshotExists(client, snapshotter, layer.chainId)
+      phase('stat')
+      if (there) {
         alreadyThere++
       } else {
         await prepareRemote(client, snapshotter, layer.chainId, parent, {
@@ -83,6 +95,7 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
           'containerd.io/snapshot/cri.image-ref': name
         }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc ?? layer.digest}) of ${opts.image}`, fromRegistry)
         remote++
+        phase('prepare')
       }
       parent = layer.chainId
     }
@@ -93,8 +106,10 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
       if (!(err instanceof AlreadyExistsError)) throw err
       await client.call('images', 'Update', { image, update_mask: { paths: ['target', 'labels'] } })
     }
+    phase('image')
     await client.releaseLease()
-    return { name, manifest: oci.manifest.digest, layers: oci.layers.length, remote, alreadyThere, ms: performance.now() - started }
+    phase('release')
+    return { name, manifest: oci.manifest.digest, layers: oci.layers.length, remote, alreadyThere, ms: performance.now() - started, phases }
   } finally {
     await client.releaseLease().catch(() => {})
     client.close()

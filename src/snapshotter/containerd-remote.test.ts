@@ -25,10 +25,13 @@ const work = await mkdtemp('/tmp/layerd-ctr-')
 t.teardown(async () => await rm(work, { recursive: true, force: true }))
 const node = layerdNode(join(work, 'node'))
 let storedBytes = 0
+let tocEntries = 0
 {
   const store = openStore(node.store)
   await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
-  storedBytes = (await loadImage(store, 'deb/python:v1')).manifest.layers.reduce((n, l) => n + l.storedBytes, 0)
+  const loaded = await loadImage(store, 'deb/python:v1')
+  storedBytes = loaded.manifest.layers.reduce((n, l) => n + l.storedBytes, 0)
+  tocEntries = loaded.manifest.layers.reduce((n, l) => n + l.entries, 0)
   await store.close()
 }
 await node.startDaemon()
@@ -45,6 +48,14 @@ t.test('layerctl containerd pull, then ctr run: python answers, reading a few pe
   t.equal(r.remote, r.layers, 'every layer prepared through the remote path')
   const ls = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'ls')
   t.equal(ls.stdout.split('\n').filter(l => l.includes('Committed')).length, r.layers, `committed:\n${ls.stdout}`)
+  // Usage of a lazy snapshot: its layer as an unpacked one would count it (file bytes and entries from its TOC).
+  const usage = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'usage')
+  // KEY SIZE INODES, SIZE humanized ("42.6 MiB").
+  const rows = usage.stdout.trim().split('\n').slice(1).map(l => /^(\S+)\s+(.+?)\s+(\d+)$/.exec(l.trim()))
+  t.equal(rows.length, r.layers, usage.stdout)
+  t.ok(rows.every(row => row !== null), usage.stdout)
+  t.equal(rows.reduce((n, row) => n + Number(row?.[3]), 0), tocEntries, `inodes sum to the TOCs' ${tocEntries} entries:\n${usage.stdout}`)
+  t.ok(rows.every(row => row !== null && !/^0(\.0+)? ?B$/.test(row[2]!)), `every lazy snapshot reports a size:\n${usage.stdout}`)
   const py = await run('deb/python:v1', 'lazy-1', 'python3', '-c', 'print(6*7)')
   t.equal(py.stdout.trim(), '42', py.stderr)
   const stats = JSON.parse((await node.layerctl('stats', '--json')).stdout) as { fetch: { fetchedBytes: number } }

@@ -18,10 +18,8 @@ import { ContainerdSnapshotTable } from '../state/containerd-snapshot-table.js'
 import { SnapshotsGrpcServer } from './snapshots-grpc-server.js'
 
 /** The proxy plugin's name in containerd's config, and so the `--snapshotter` value. */
-export const SNAPSHOTTER_NAME = 'layerd'
-
-/** `<home>/snapshotter.sock`. */
-export function snapshotterSocketPath (home: string): string { return join(home, 'snapshotter.sock') }
+import { snapshotterSocketPath } from './snapshotter-paths.js'
+export { SNAPSHOTTER_NAME, snapshotterSocketPath } from './snapshotter-paths.js'
 
 export interface ContainerdSnapshotterDeps {
   home: string

@@ -13,7 +13,7 @@ import type { StoreLocation, StorePool } from '../daemon/store-pool.js'
 import { lazyUnmount } from '../fs/fuse-binding.js'
 import { mountsUnder } from '../host/mount-table.js'
 import { chainIdOf } from './chain-id.js'
-import { TARGET_SNAPSHOT_REF_LABEL, type RemoteLayers } from './layerd-snapshotter.js'
+import { TARGET_SNAPSHOT_REF_LABEL, type RemoteLayers, type SnapshotUsage } from './layerd-snapshotter.js'
 import { findLayerForLabels } from './layer-lookup.js'
 import type { RemoteChain, SnapshotRecord } from '../state/containerd-snapshot-table.js'
 
@@ -43,6 +43,13 @@ export class DaemonRemoteLayers implements RemoteLayers {
 
   async mount (chain: RemoteChain, mountpoint: string): Promise<void> {
     await this.mounts.mountLayerChain({ store: chain.store, ...(chain.s3Endpoint === undefined ? {} : { s3Endpoint: chain.s3Endpoint }), mountpoint, name: `containerd layer ${chain.layers.at(-1)!}`, layers: chain.layers })
+  }
+
+  async layerUsage (chain: RemoteChain): Promise<SnapshotUsage> {
+    const toc = await this.mounts.layerToc({ store: chain.store, ...(chain.s3Endpoint === undefined ? {} : { s3Endpoint: chain.s3Endpoint }) }, chain.layers.at(-1)!)
+    let size = 0
+    for (const e of toc.entries) if (e.type === 'file') size += e.size
+    return { size, inodes: toc.entries.length }
   }
 
   isMounted (mountpoint: string): boolean {

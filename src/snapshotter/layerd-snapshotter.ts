@@ -63,6 +63,11 @@ export interface RemoteLayers {
   isMounted: (mountpoint: string) => boolean
   /** Detach the mount at `mountpoint`, if any. Async; never throws for "not mounted". */
   unmount: (mountpoint: string) => Promise<void>
+  /**
+   * What the top layer of `chain` holds, as an unpacked snapshot of it would
+   * count it: its regular files' bytes and its entries (from its TOC). Async.
+   */
+  layerUsage: (chain: RemoteChain) => Promise<SnapshotUsage>
 }
 
 export interface SnapshotterOptions {
@@ -184,10 +189,17 @@ export class LayerdSnapshotter {
     return this.#records.all().map(infoOf).filter(match)
   }
 
-  /** Disk usage of `key`'s own directory: bytes (st_blocks) and inodes; 0 for a remote snapshot (nothing of it is on disk). Async. */
+  /**
+   * Usage of `key`'s own layer. An ordinary snapshot: its directory's disk
+   * use, bytes (st_blocks) and inodes. A remote snapshot: its layer's file
+   * bytes and entries as its TOC lists them, what the overlayfs snapshotter
+   * would report for that layer unpacked (so image sizes containerd and CRI
+   * sum from snapshots agree across snapshotters), not the node's disk:
+   * its chunks live in the shared cache, fetched on demand. Async.
+   */
   async usage (key: string): Promise<SnapshotUsage> {
     const r = this.#get(key)
-    if (r.remote !== undefined) return { size: 0, inodes: 0 }
+    if (r.remote !== undefined) return await this.#remote.layerUsage(r.remote)
     return await diskUsage(join(this.dirOf(r.id), 'fs'))
   }
 

@@ -24,6 +24,16 @@ export class AccessTraceTable {
     })()
   }
 
+  /** Every manifest with a trace. Sync. */
+  manifests (): string[] {
+    return (this.#db.prepare('SELECT DISTINCT manifest FROM access_traces').all() as Array<{ manifest: string }>).map(r => r.manifest)
+  }
+
+  /** Forget the trace of `manifest`. Sync. */
+  delete (manifest: string): void {
+    this.#db.prepare('DELETE FROM access_traces WHERE manifest = ?').run(manifest)
+  }
+
   /** The trace of `manifest` in order; empty when there is none. Sync. */
   load (manifest: string): TracedChunk[] {
     const rows = this.#db.prepare('SELECT digest, blob, offset, clen, len FROM access_traces WHERE manifest = ? ORDER BY seq').all(manifest) as

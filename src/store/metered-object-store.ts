@@ -14,10 +14,13 @@ import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 export class MeteredObjectStore implements ObjectStore {
   readonly url: string
   readonly inner: ObjectStore
+  /** The inner store's: readahead is chosen by it (daemon/blob-neighbours.ts). */
+  readonly remote: boolean
 
   constructor (inner: ObjectStore) {
     this.inner = inner
     this.url = inner.url
+    this.remote = inner.remote === true
   }
 
   async get (key: string): Promise<Buffer> { return await count('get', this.inner.get(key)) }
@@ -28,6 +31,7 @@ export class MeteredObjectStore implements ObjectStore {
   async * listObjects (prefix: string): AsyncIterable<ListedObject> { yield * countListing(this.inner.listObjects(prefix)) }
   async delete (key: string): Promise<void> { await count('delete', this.inner.delete(key)) }
   async close (): Promise<void> { await this.inner.close() }
+  async warm (): Promise<void> { await this.inner.warm?.() }
 }
 
 async function count<T> (op: StoreOpName, p: Promise<T>): Promise<T> {

@@ -80,4 +80,14 @@ export interface ObjectStore {
 
   /** Release connections and handles. Idempotent; later calls to other methods throw UsageError. */
   close (): Promise<void>
+
+  /**
+   * Optional: do now the one-time work that the first request would
+   * otherwise pay (S3: load the SDK, build its client, resolve the
+   * credentials), so a daemon that is up but idle serves its first mount at
+   * full speed. Async; never throws (a store that cannot be reached fails on
+   * its first real request, as before). Decorators pass it to their inner
+   * store.
+   */
+  warm?: () => Promise<void>
 }

@@ -60,3 +60,18 @@ t.test('openStore() of an s3:// URL talks to the endpoint with credentials from 
   t.equal((await store.get('refs/x/latest')).toString(), 'manifest')
   t.equal((await store.stat('refs/x/latest'))?.size, 8)
 })
+
+t.test('openStore() stores report their backend\'s remote capability through every decorator, metered and retrying', async t => {
+  const root = t.testdir()
+  for (const options of [{}, { metered: true }, { metered: true, retry: false as const }, { retry: false as const }]) {
+    t.equal(openStore(pathToFileURL(root).href, options).remote === true, false, `file:// ${JSON.stringify(options)}`)
+    t.equal(openStore('s3://layerd-remote-check/p', { ...options, s3Endpoint: 'http://127.0.0.1:9' }).remote, true, `s3:// ${JSON.stringify(options)}`)
+  }
+})
+
+t.test('S3ObjectStore.warm() loads its client without a request, and never throws', async t => {
+  const store = openStore('s3://layerd-warm-check/p', { s3Endpoint: 'http://127.0.0.1:9', metered: true })
+  await t.resolves(store.warm!())
+  await store.close()
+  await t.resolves(store.warm!(), 'a closed store does nothing')
+})

@@ -117,6 +117,8 @@ export class RetryingObjectStore implements ObjectStore {
     await this.inner.close()
   }
 
+  async warm (): Promise<void> { await this.inner.warm?.() }
+
   async #retry<T> (op: string, key: string, attemptOnce: () => Promise<T>): Promise<T> {
     const started = Date.now()
     for (let attempt = 1; ; attempt++) {

@@ -6,9 +6,7 @@
 import { UsageError } from '../../errors.js'
 import { parseRef } from '../../format/ref.js'
 import { isDigest } from '../../format/digest.js'
-import { DEFAULT_CONTAINERD_ADDRESS } from '../../snapshotter/containerd-client.js'
-import { containerdPull } from '../../snapshotter/containerd-pull.js'
-import { SNAPSHOTTER_NAME, snapshotterSocketPath } from '../../snapshotter/containerd-snapshotter.js'
+import { DEFAULT_CONTAINERD_ADDRESS, SNAPSHOTTER_NAME, snapshotterSocketPath } from '../../snapshotter/snapshotter-paths.js'
 import type { Command } from '../command.js'
 import { absolute } from '../daemon-client.js'
 
@@ -48,6 +46,8 @@ export const containerdCommand: Command = {
     if (!isDigest(image) && !image.startsWith('docker://')) parseRef(image)
     const tls = values['tls-verify'] as string | undefined
     if (tls !== undefined && tls !== 'true' && tls !== 'false') throw new UsageError(`--tls-verify takes true or false, got ${JSON.stringify(tls)}`)
+    // Loaded here: gRPC and the protos cost every other layerctl command ~0.1 s otherwise.
+    const { containerdPull } = await import('../../snapshotter/containerd-pull.js')
     const r = await containerdPull({
       image,
       store: ctx.store(),

@@ -3,8 +3,9 @@ import { UsageError } from '../../errors.js'
 import type { Command, CommandContext } from '../command.js'
 import { formatBytes, parseDuration } from '../human-units.js'
 import { collectSandboxes } from './sandboxes.js'
+import { daemonFor, storeParams } from '../daemon-client.js'
 
-const GC_USAGE = 'layerctl gc store [--dry-run] [--grace DURATION] [--keep-history N] [--repack-threshold F] [--json] | gc node [--json] | gc sandboxes (alias: gc --sandboxes)'
+const GC_USAGE = 'layerctl gc store [--dry-run] [--grace DURATION] [--keep-history N] [--repack-threshold F] [--json] | gc node [--dry-run] [--json] | gc sandboxes (alias: gc --sandboxes)'
 
 export const gcCommand: Command = {
   name: 'gc',
@@ -20,12 +21,13 @@ export const gcCommand: Command = {
   async run (ctx, { values, positionals }) {
     const subject = positionals[0] ?? (values.sandboxes === true ? 'sandboxes' : undefined)
     if (positionals.length > 1 || (values.sandboxes === true && subject !== 'sandboxes')) throw new UsageError(`gc takes one subject; usage: ${GC_USAGE}`)
-    if (subject !== 'store' && (values['dry-run'] !== undefined || values.grace !== undefined || values['keep-history'] !== undefined || values['repack-threshold'] !== undefined)) {
-      throw new UsageError(`--dry-run, --grace, --keep-history and --repack-threshold apply to \`gc store\` only; usage: ${GC_USAGE}`)
+    if (subject !== 'store' && (values.grace !== undefined || values['keep-history'] !== undefined || values['repack-threshold'] !== undefined)) {
+      throw new UsageError(`--grace, --keep-history and --repack-threshold apply to \`gc store\` only; usage: ${GC_USAGE}`)
     }
+    if (subject !== 'store' && subject !== 'node' && values['dry-run'] !== undefined) throw new UsageError(`--dry-run applies to \`gc store\` and \`gc node\` only; usage: ${GC_USAGE}`)
     switch (subject) {
       case 'store': return await gcStoreCommand(ctx, values)
-      case 'node': return await gcNodeCommand(ctx)
+      case 'node': return await gcNodeCommand(ctx, values['dry-run'] === true)
       case 'sandboxes': {
         const { removed, failed } = await collectSandboxes(ctx)
         ctx.out(ctx.json ? JSON.stringify({ removed }) : `removed ${removed.length} orphaned sandbox(es)`)
@@ -61,9 +63,23 @@ async function gcStoreCommand (ctx: CommandContext, values: Record<string, unkno
   return 0
 }
 
-async function gcNodeCommand (ctx: CommandContext): Promise<number> {
-  const { UnsupportedError } = await import('../../errors.js')
-  throw new UnsupportedError('gc node is not implemented yet: use `layerctl gc sandboxes` for dead sandboxes')
+/**
+ * Dead sandboxes here (their caller is gone: src/runtime), then the daemon's
+ * half (src/daemon/node-gc.ts): stale traces, mount directories, cached
+ * metadata of images no longer mounted. A dry run removes no sandbox and
+ * reports what the daemon would free.
+ */
+async function gcNodeCommand (ctx: CommandContext, dryRun: boolean): Promise<number> {
+  const sandboxes = dryRun ? { removed: [], failed: 0 } : await collectSandboxes(ctx)
+  const r = await (await daemonFor(ctx)).call('gcNode', { dryRun, ...storeParams(ctx) })
+  if (ctx.json) {
+    ctx.out(JSON.stringify({ ...r, sandboxes: { removed: sandboxes.removed, failed: sandboxes.failed } }))
+  } else {
+    const verb = dryRun ? 'would remove' : 'removed'
+    ctx.out(`${verb} ${sandboxes.removed.length} dead sandbox(es)${dryRun ? ' (not checked in a dry run)' : ''}, ${r.traces.removed.length} access trace(s) of manifests gone from the store (${r.traces.kept} kept), ` +
+      `${r.mountDirs.removed.length} stale mount director${r.mountDirs.removed.length === 1 ? 'y' : 'ies'}, ${r.metadata.objects} cached TOC/manifest object(s) no mount uses (${formatBytes(r.metadata.bytes)})`)
+  }
+  return sandboxes.failed > 0 ? 1 : 0
 }
 
 export const dfCommand: Command = {

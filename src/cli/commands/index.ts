@@ -2,7 +2,7 @@
 import type { Command } from '../command.js'
 import { historyCommand, imagesCommand, rmCommand, tagCommand } from './images.js'
 import { inspectCommand, rebaseCommand } from './inspect.js'
-import { mountCommand, mountsCommand, prefetchCommand, statsCommand, umountCommand } from './mounts.js'
+import { mountCommand, mountsCommand, prefetchCommand, statsCommand, traceCommand, umountCommand } from './mounts.js'
 import { exportCommand, pullCommand } from './pull.js'
 import { pushCommand } from './push.js'
 import { commitCommand, psCommand, runCommand } from './sandboxes.js'
@@ -25,6 +25,7 @@ export const commands: Command[] = [
   mountsCommand,
   statsCommand,
   prefetchCommand,
+  traceCommand,
   runCommand,
   psCommand,
   commitCommand,

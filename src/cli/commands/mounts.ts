@@ -1,4 +1,4 @@
-/** `layerctl mount / umount / mounts / stats / prefetch`: the daemon's mounts. */
+/** `layerctl mount / umount / mounts / stats / prefetch / trace`: the daemon's mounts. */
 import { UsageError } from '../../errors.js'
 import type { Command } from '../command.js'
 import { absolute, daemonFor, storeParams } from '../daemon-client.js'
@@ -73,6 +73,19 @@ export const prefetchCommand: Command = {
     ctx.out(ctx.json
       ? JSON.stringify(r)
       : `prefetch${values.wait === true ? 'ed' : 'ing'} ${r.chunks} chunks (${r.traced} from this image's access trace first)${values.wait === true ? '' : ' in the background'}`)
+    return 0
+  }
+}
+
+export const traceCommand: Command = {
+  name: 'trace',
+  summary: "publish this node's access trace of an image to its store: other nodes prefetch it at mount",
+  usage: 'layerctl trace publish NAME:TAG',
+  options: {},
+  async run (ctx, { positionals }) {
+    if (positionals.length !== 2 || positionals[0] !== 'publish') throw new UsageError(`trace takes publish and NAME:TAG; usage: ${this.usage}`)
+    const r = await (await daemonFor(ctx)).call('publishTrace', { image: positionals[1]!, ...storeParams(ctx) })
+    ctx.out(ctx.json ? JSON.stringify(r) : `published ${r.chunks} chunks of ${positionals[1]} (${r.manifest}) as ${r.key}`)
     return 0
   }
 }
