@@ -15,12 +15,18 @@
  * read overlaps that window it counts 10 ms. 20 kills, then 20
  * restarts, each once the new daemon serves and reads have gone on for 1 s.
  *
+ * It also reports where a new daemon's start went (the "start phases" lines
+ * layerd logs: ms since its process began at each phase's end), and the
+ * resident memory of the serving daemon and of the holder's warm standby
+ * (LAYERD_WARM_STANDBY=0 runs without one). The node's layerd.log is kept
+ * as /tmp/layerd-failover.log.
+ *
  *   node dist/bench/failover.js [--kills 20] [--restarts 20]
  *
  * Bench-only: may import anything.
  */
 import { spawn } from 'node:child_process'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { copyPushedStore } from '../src/attacks/attack-harness.js'
@@ -63,6 +69,19 @@ try {
     child.stdin.end(JSON.stringify({ root: mnt, files, until: Date.now() / 1000 + 3600, stopFile, slowS: SLOW_S, pauseS: 0.002 }))
   }))
   let pid = await servingPid(node.home, undefined)
+  const rss = (p: number | null | undefined): Promise<number | undefined> => p === null || p === undefined
+    ? Promise.resolve(undefined)
+    : readFile(`/proc/${p}/status`, 'utf8').then(t => Number(/VmRSS:\s+(\d+)/.exec(t)?.[1]) / 1024, () => undefined)
+  let memory = ''
+  for (let tries = 0; tries < 100 && memory === ''; tries++) {
+    await new Promise(resolve => setTimeout(resolve, 100))
+    const st = await node.layerctl('daemon', 'status', '--json')
+    const holder = (JSON.parse(st.stdout) as { holder: { daemonPid: number, standbyPid: number | null } | null }).holder
+    if (holder?.standbyPid === null && process.env.LAYERD_WARM_STANDBY !== '0') continue
+    if (tries < 30 && holder?.standbyPid !== null) continue // let the standby finish loading
+    const [serving, standby] = await Promise.all([rss(holder?.daemonPid), rss(holder?.standbyPid)])
+    memory = `RSS: serving layerd ${serving?.toFixed(1) ?? '?'} MiB, warm standby ${standby === undefined ? 'none' : `${standby.toFixed(1)} MiB`}`
+  }
   const events: Array<{ kind: 'crash' | 'restart', at: number, servedAt: number }> = []
   for (let i = 0; i < kills + restarts; i++) {
     await new Promise(resolve => setTimeout(resolve, READ_THROUGH_MS))
@@ -80,6 +99,18 @@ try {
   await writeFile(stopFile, '')
   const reports = await Promise.all(probes)
   await node.stopDaemon()
+  await copyFile(join(node.home, 'layerd.log'), '/tmp/layerd-failover.log').catch(() => {})
+  // "start phases (ms since the process began): modules N, [takeover N,] lock N, open N, recover N, sweep N, listen N"
+  const phaseLines = (await readFile('/tmp/layerd-failover.log', 'utf8').catch(() => '')).split('\n').filter(l => l.includes('start phases'))
+  const phaseMs: Record<string, number[]> = {}
+  for (const line of phaseLines.slice(1)) { // the first is the node's first start, not a takeover
+    let prev: number | undefined
+    for (const m of line.matchAll(/(\w+) (\d+)/g)) {
+      const at = Number(m[2])
+      ;(phaseMs[m[1]!] ??= []).push(prev === undefined ? at : at - prev)
+      prev = at
+    }
+  }
   const errors = reports.flatMap(r => r.errors)
   const wrong = reports.flatMap(r => r.wrong)
   const slow = reports.flatMap(r => r.slow)
@@ -96,6 +127,9 @@ try {
   }
   console.log(`reads: ${reports.reduce((n, r) => n + r.reads, 0)}, errors: ${errors.length}, wrong bytes: ${wrong.length}${errors.length > 0 ? `\n${errors.slice(0, 5).join('\n')}` : ''}`)
   console.log('| event | n | p50 s | p99 s | max s | target |\n|---|--:|--:|--:|--:|---|\n' + rows.join('\n'))
+  console.log(memory)
+  console.log(`start phases over ${Math.max(0, phaseLines.length - 1)} takeovers, ms (p50 / max; modules: ms since the process began; takeover: the warm standby's wait; the rest: each phase's own time): ` +
+    Object.entries(phaseMs).map(([k, v]) => `${k} ${percentile(v, 50)} / ${Math.max(...v)}`).join(', '))
   console.log(JSON.stringify(summary))
   console.log(`reproduce: node dist/bench/failover.js --kills ${kills} --restarts ${restarts}`)
 } finally {

@@ -14,6 +14,7 @@ import { parseArgs } from 'node:util'
 import { fileURLToPath } from 'node:url'
 import { describeError } from '../src/errors.js'
 import { HOLDER_EXIT, Holder, HolderError } from '../src/holder/holder.js'
+import { resolveSettings } from '../src/state/settings.js'
 
 const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [-- LAYERD_FLAGS...]'
 
@@ -32,6 +33,7 @@ async function main (): Promise<number> {
     home,
     daemonEntry: entry ?? fileURLToPath(new URL('./main.js', import.meta.url)),
     daemonArgs: parsed.positionals,
+    warmStandby: resolveSettings({ home }).warmStandby,
     log
   })
   try {

@@ -32,6 +32,7 @@ import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
 import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
 import { nativeMemory } from '../src/native.js'
+import { HOLDER_STANDBY_ENV } from '../src/holder/fd-store-protocol.js'
 
 /** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
 const MALLOC_ARENAS = 2
@@ -103,6 +104,8 @@ async function main (): Promise<number> {
     console.error(`layerd: ${describeError(err)}`)
     return LAYERD_EXIT.USAGE
   }
+  const warmStandby = process.env[HOLDER_STANDBY_ENV] === '1'
+  delete process.env[HOLDER_STANDBY_ENV] // not for the sandboxes and tools this daemon starts
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
   try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
@@ -111,6 +114,7 @@ async function main (): Promise<number> {
     cacheBytes,
     restoreMounts: values['no-restore'] !== true,
     memoryTarget,
+    warmStandby,
     mounts: { stacks: settings.stacks, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
     log,
     ...(metricsAddr === undefined ? {} : { metricsAddr }),

@@ -14,6 +14,7 @@
  *
  * May import: ./attack-harness.ts, ./containment.ts, src/, tap (types).
  */
+import { Writable } from 'node:stream'
 import type { Test } from 'tap'
 import { mountsUnder } from '../host/mount-table.js'
 import type { Tier } from '../runtime/sandbox.js'
@@ -29,7 +30,7 @@ export const RECOVERY_BOUND_MS = 30_000
 // already cached are immutable, verified content and keep being served after the kill (no OPEN reaches
 // the daemon with the kernel FUSE backend); what must fail fast is a read that needs the dead daemon.
 const READER = 'while :; do for f in /usr/bin/python3.11 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/python3.11/typing.py; do ' +
-  'dd if=$f of=/dev/null bs=1M iflag=nocache status=none || exit 3; done; done'
+  'dd if=$f of=/dev/null bs=1M iflag=nocache status=none || exit 3; done; echo pass; done'
 // ld.so reports the errno by number ("Error 107") when it cannot open a library.
 const FUSE_GONE = /Transport endpoint is not connected|Software caused connection abort|Input\/output error|No such device|Error (103|107|5)\b/
 
@@ -38,8 +39,13 @@ export async function daemonDeathAttack (t: Test, node: AttackNode, tier: Tier):
   const victim = await node.sandbox(t, tier)
   const mount = node.imageMount(victim)
   const before = await takeBaseline(node)
-  const reading = sh(victim, READER, { timeoutMs: 60_000 })
-  await new Promise(resolve => setTimeout(resolve, 700))
+  // Kill only once the reader reads (a container's process can take seconds to start on a loaded machine).
+  let passes = ''
+  const sink = new Writable({ write (c: Buffer, _e, done) { passes = (passes + c.toString()).slice(-64); done() } })
+  const reading = victim.exec({ cmd: ['sh', '-c', READER], timeoutMs: 60_000, stdout: sink })
+  for (let i = 0; i < 300 && !passes.includes('pass'); i++) await new Promise(resolve => setTimeout(resolve, 100))
+  t.ok(passes.includes('pass'), 'the reader read the files once before the kill')
+  await new Promise(resolve => setTimeout(resolve, 300))
   // The holder first: killed alone, it leaves layerd serving; then layerd, and no process holds the connections.
   await node.layerd.killHolder()
   const killedAt = performance.now()

@@ -56,6 +56,8 @@ export interface DaemonConfig {
    * limit where the daemon is charged (its cgroup's, or the node's); null: off.
    */
   memoryTarget?: number | 'default' | null
+  /** Started by the holder as a warm standby (HOLDER_STANDBY_ENV): wait, loaded, until told to take over. */
+  warmStandby?: boolean
   /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
   lockWaitMs?: number
   /**
@@ -121,13 +123,22 @@ export class LayerdDaemon {
 
   async start (): Promise<void> {
     const { home, log } = this.config
+    // Where a start's time goes (issue 19's failover stall): ms since the process began, at each phase's end.
+    const phases: string[] = [`modules ${Math.round(performance.now())}`]
+    const mark = (name: string): void => { phases.push(`${name} ${Math.round(performance.now())}`) }
     ensureHomeDir(home)
     const store = HeldConnections.storeFromEnv(log)
-    if (store?.kind === 'holder') {
+    if (store?.kind === 'holder' && this.config.warmStandby === true) {
+      // A warm standby: loaded, holding nothing (no lock, no fd), until the holder says the serving daemon is gone or hands over.
+      // If the holder dies meanwhile, this throws: nothing would keep the connections, so this daemon must not serve.
+      store.standby(true)
+      mark('takeover')
+    } else if (store?.kind === 'holder') {
       // A planned restart starts this daemon while the old one still serves: say it has loaded, then wait for the old one to go.
       try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
     }
     this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? (store?.kind === 'holder' ? HANDOVER_LOCK_WAIT_MS : 0))
+    mark('lock')
     try {
       this.#lock.writePidFile()
       const started = performance.now()
@@ -148,13 +159,18 @@ export class LayerdDaemon {
       this.#settler.onRelease(() => cache.releaseMemory())
       this.#settler.onRelease(() => releaseReadBuffers())
       this.#reclaimer = this.#startReclaimer(cache.mapFile)
+      mark('open')
       const kept = this.#keeper?.availableCount ?? 0
       const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
       if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
+      mark('recover')
       await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
+      mark('sweep')
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       this.#keeper?.ready()
+      mark('listen')
+      log(`start phases (ms since the process began): ${phases.join(', ')}`)
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
       if (this.config.metricsAddr !== undefined) {
         const db = this.#db
@@ -166,6 +182,8 @@ export class LayerdDaemon {
       for (const start of this.config.services ?? []) {
         this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
       }
+      // Only now: a service (containerd's snapshotter) takes over the kept connections of its own mounts as it recovers.
+      await this.#mounts.releaseUntakenConnections()
     } catch (err) {
       await this.stop()
       throw err

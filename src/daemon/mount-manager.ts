@@ -30,7 +30,7 @@ import { resolveChunk, type ChunkRef } from '../format/toc.js'
 import { MANIFEST_MEDIA_TYPE } from '../format/manifest.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
-import { fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
+import { canonicalPath, fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
 import type { FuseBackend } from '../fs/fuse-binding.js'
 import { lazyUnmount, mountedFsType } from '../fs/fuse-binding.js'
 import { loadImage, loadLayerTocs, type LoadedImage } from '../image/load-image.js'
@@ -416,12 +416,29 @@ export class MountManager {
         this.#log(`restoring mount of ${row.image} at ${row.mountpoint}: ${(err as Error).message}`)
       }
     }
-    // Connections kept for mounts nobody asked back (or with --no-restore): end them and clean their mountpoints.
+    return { cleaned, restored, adopted }
+  }
+
+  /**
+   * Whether a kept FUSE connection (an earlier daemon's, not yet taken over)
+   * serves `mountpoint`: a mount there is alive and must not be detached, but
+   * mounted through this manager again to be taken over. Async.
+   */
+  async hasKeptConnection (mountpoint: string): Promise<boolean> {
+    if (this.#keeper === undefined) return false
+    return this.#keeper.has(await canonicalPath(resolve(mountpoint)))
+  }
+
+  /**
+   * After recover() and the services' own recovery (the containerd
+   * snapshotter's lazy mounts): end the kept connections of mounts nobody
+   * asked back (or all, with --no-restore), and clean their mountpoints. Async.
+   */
+  async releaseUntakenConnections (): Promise<void> {
     for (const dead of this.#keeper?.releaseUntaken() ?? []) {
       if (this.#mounts.has(dead)) continue
       try { await lazyUnmount(dead) } catch (err) { this.#log(`cleaning stale mount ${dead}: ${(err as Error).message}`) }
     }
-    return { cleaned, restored, adopted }
   }
 
   /** Unmount everything (daemon shutdown). Keeps the database rows? No: a clean stop forgets them. */

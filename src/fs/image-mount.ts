@@ -199,7 +199,7 @@ export function referencedChunkBytes (tocs: readonly LayerToc[]): number {
 }
 
 /** `path` with its parent's real path (created when missing); the last component is not touched (a mount may be there). Async. */
-async function canonicalPath (path: string): Promise<string> {
+export async function canonicalPath (path: string): Promise<string> {
   const parent = await realpath(dirname(path)).catch(async (err: NodeJS.ErrnoException) => {
     if (err.code !== 'ENOENT') throw err
     await mkdir(dirname(path), { recursive: true })

@@ -8,6 +8,7 @@
  *   → { op: 'drop', name }          close the fd kept under `name`                          ← { op: 'ok' }
  *   → { op: 'list' }                every kept fd: one { op: 'fd', name } + [fd] each,      ← … { op: 'end', count }
  *   → { op: 'standby' }             layerd has loaded and waits for the home's lock        ← { op: 'ok' }
+ *                                   (a warm standby: answered only when it is to take over)
  *                                   (a planned restart then tells the old layerd to hand over)
  *   → { op: 'ready' }               layerd serves (resets the holder's restart backoff)    ← { op: 'ok' }
  *   any failure                                                                            ← { op: 'error', message }
@@ -18,6 +19,13 @@
  */
 
 export const HOLDER_FD_ENV = 'LAYERD_HOLDER_FD'
+/**
+ * Set (to '1') for a warm standby: a layerd the holder keeps loaded while
+ * another serves. Its `standby` is answered only when it is to take over
+ * (the serving one died, or hands over); until then it holds nothing (no
+ * lock, no fd, no file), and it exits when the holder's socket closes.
+ */
+export const HOLDER_STANDBY_ENV = 'LAYERD_HOLDER_STANDBY'
 export const HOLDER_PID_FILE = 'holder.pid'
 export const HOLDER_SOCKET = 'holder.sock'
 /** Largest message either side sends. */

@@ -23,8 +23,13 @@ export interface FdStore {
   put: (name: string, fd: number) => void
   /** Stop keeping the fd named `name`. Sync; throws FdStoreError. */
   drop: (name: string) => void
-  /** This daemon has loaded its code and waits for the home's lock (a planned restart's new daemon). Sync; throws FdStoreError. */
-  standby: () => void
+  /**
+   * This daemon has loaded its code and waits for the home's lock (a planned
+   * restart's new daemon). `untilTakeover`: a warm standby, blocked until the
+   * holder says it is to take over (no timeout). Sync; throws FdStoreError
+   * (for a warm standby: the holder is gone, so it must not serve).
+   */
+  standby: (untilTakeover?: boolean) => void
   /** This daemon serves: the holder resets its restart backoff, systemd marks the unit started. Sync; throws FdStoreError. */
   ready: () => void
 }
@@ -62,12 +67,12 @@ export class HolderFdStore implements FdStore {
 
   put (name: string, fd: number): void { this.#call({ op: 'put', name }, [fd]) }
   drop (name: string): void { this.#call({ op: 'drop', name }, []) }
-  standby (): void { this.#call({ op: 'standby' }, []) }
+  standby (untilTakeover = false): void { this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS) }
   ready (): void { this.#call({ op: 'ready' }, []) }
 
-  #call (request: HolderRequest, fds: number[]): void {
+  #call (request: HolderRequest, fds: number[], timeoutMs = HOLDER_REPLY_TIMEOUT_MS): void {
     this.#send(request, fds)
-    const { reply, fds: extra } = this.#receive()
+    const { reply, fds: extra } = this.#receive(timeoutMs)
     for (const fd of extra) closeSync(fd)
     if (reply.op === 'error') throw new FdStoreError(`the holder refused ${request.op}: ${reply.message}`)
     if (reply.op !== 'ok') throw new FdStoreError(`the holder answered ${request.op} with ${JSON.stringify(reply)}`)
@@ -81,10 +86,10 @@ export class HolderFdStore implements FdStore {
     }
   }
 
-  #receive (): { reply: HolderReply, fds: number[] } {
+  #receive (timeoutMs = HOLDER_REPLY_TIMEOUT_MS): { reply: HolderReply, fds: number[] } {
     let m
     try {
-      m = this.#native.fdRecv(this.#sock, MAX_MESSAGE_BYTES, HOLDER_REPLY_TIMEOUT_MS)
+      m = this.#native.fdRecv(this.#sock, MAX_MESSAGE_BYTES, timeoutMs)
     } catch (err) {
       throw new FdStoreError(`no answer from the holder: ${describeError(err)}`, { cause: err })
     }

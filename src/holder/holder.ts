@@ -27,7 +27,7 @@ import { createServer, type Server, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { HolderError, LayerdError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
-import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
+import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_STANDBY_ENV, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 
 /** layerd's exit code when it handed its connections over (SIGUSR2): restart it at once. */
 export const DAEMON_EXIT_HANDOVER = 6
@@ -51,6 +51,12 @@ export interface HolderOptions {
   /** Flags for layerd after `--foreground --home HOME`. */
   daemonArgs: string[]
   log: (line: string) => void
+  /**
+   * Keep a warm standby layerd (loaded, holding nothing, blocked until told
+   * to take over) while one serves, so a crash costs no module loading.
+   * Costs one more idle layerd's memory (bench/failover.ts reports it). Default true.
+   */
+  warmStandby?: boolean
 }
 
 export interface HolderStatus {
@@ -60,8 +66,12 @@ export interface HolderStatus {
   daemonReadyAt: string | null
   daemonEntry: string
   startedAt: string
-  /** layerd starts after the first. */
+  /** Crash restarts: layerd starts after the first that were not planned. */
   restarts: number
+  /** Planned restarts (`layerctl daemon restart`) that completed. */
+  plannedRestarts: number
+  /** The warm standby's pid (null when none is kept or it is still to start). */
+  standbyPid: number | null
   keptFds: number
 }
 
@@ -72,6 +82,14 @@ interface Generation {
   sock: number
   startedAt: number
   readyAt?: number
+  /** A warm standby: its `standby` request waits for the answer that lets it take over. */
+  warm?: boolean
+  /** A warm standby has said `standby` and waits for its answer. */
+  waiting?: boolean
+  /** The warm standby is to take over: answer its `standby` (now, or when it comes). */
+  go?: boolean
+  /** The warm standby was ended on purpose (a planned restart, the holder stops). */
+  dropped?: boolean
 }
 
 export class Holder {
@@ -83,6 +101,9 @@ export class Holder {
   #current: Generation | undefined
   #server: Server | undefined
   #restarts = 0
+  #plannedRestarts = 0
+  /** The warm standby (opts.warmStandby), while one serves. */
+  #standby: Generation | undefined
   #failures = 0
   #stopping = false
   #planned: { oldPid: number | null, started: number } | undefined
@@ -120,6 +141,8 @@ export class Holder {
       daemonEntry: this.#entry,
       startedAt: this.#startedAt.toISOString(),
       restarts: this.#restarts,
+      plannedRestarts: this.#plannedRestarts,
+      standbyPid: this.#standby?.child.pid ?? null,
       keptFds: this.#fds.size
     }
   }
@@ -141,8 +164,10 @@ export class Holder {
       const timer = setTimeout(() => reject(new HolderError(`the new layerd did not serve within ${RESTART_TIMEOUT_MS} ms; see ${join(this.#opts.home, 'layerd.log')}`)), RESTART_TIMEOUT_MS)
       this.#readyWaiters.push({ resolve: next => { clearTimeout(timer); resolve(next) }, reject: err => { clearTimeout(timer); reject(err) } })
     })
+    // New code from disk: the warm standby (loaded earlier, maybe from other code) goes; one from the new entry follows once it serves.
+    this.#dropStandby()
     // The new one loads while the old one serves; the old one hands over once the new one waits for the lock (#answer 'standby').
-    this.#next = this.#spawn(false)
+    this.#next = this.#spawn('next')
     try {
       const next = await ready
       return { oldPid: this.#planned.oldPid, newPid: next.child.pid!, ms: Math.round(performance.now() - started) }
@@ -156,6 +181,7 @@ export class Holder {
     if (!this.#stopping) {
       this.#stopping = true
       this.#next?.child.kill('SIGTERM') // a planned restart's new layerd: still waiting for the lock, it holds nothing
+      this.#dropStandby()
       const child = this.#current?.child
       if (child !== undefined && child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
       else this.#finish(HOLDER_EXIT.OK)
@@ -163,22 +189,24 @@ export class Holder {
     return await this.finished
   }
 
-  /** Start a layerd; `current`: it serves now (else it is a planned restart's next one). */
-  #spawn (current = true): Generation {
+  /** Start a layerd; `as`: it serves now, it is a planned restart's next one, or a warm standby. */
+  #spawn (as: 'current' | 'next' | 'standby' = 'current'): Generation {
+    const current = as === 'current'
     const [mine, theirs] = this.#native.fdSocketPair()
     let child: ChildProcess
     try {
       // The holder's own node flags (the daemon's: DAEMON_NODE_FLAGS, passed by the launcher) go on to layerd.
       child = spawn(process.execPath, [...process.execArgv, this.#entry, '--foreground', '--home', this.#opts.home, ...this.#opts.daemonArgs], {
         stdio: ['ignore', 'inherit', 'inherit', theirs],
-        env: { ...process.env, [HOLDER_FD_ENV]: '3' }
+        env: { ...process.env, [HOLDER_FD_ENV]: '3', ...(as === 'standby' ? { [HOLDER_STANDBY_ENV]: '1' } : {}) }
       })
     } finally {
       closeSync(theirs)
     }
-    const g: Generation = { child, sock: mine, startedAt: performance.now() }
+    const g: Generation = { child, sock: mine, startedAt: performance.now(), ...(as === 'standby' ? { warm: true } : {}) }
     if (current) this.#current = g
-    this.#opts.log(`holder ${process.pid}: started layerd ${child.pid ?? '?'} (${this.#entry})${current ? '' : ' to take over from the running one'}`)
+    if (as === 'standby') this.#standby = g
+    this.#opts.log(`holder ${process.pid}: started layerd ${child.pid ?? '?'} (${this.#entry})${as === 'next' ? ' to take over from the running one' : as === 'standby' ? ' as a warm standby' : ''}`)
     child.on('error', err => this.#opts.log(`holder: cannot start layerd: ${describeError(err)}`))
     child.on('exit', (code, signal) => this.#exited(g, code, signal))
     this.#serveFdStore(g)
@@ -187,6 +215,12 @@ export class Holder {
 
   #exited (g: Generation, code: number | null, signal: NodeJS.Signals | null): void {
     const how = signal !== null ? `was killed by ${signal}` : `exited with code ${code ?? '?'}`
+    if (this.#standby === g) {
+      // A standby that dies before it is needed: the next one starts when a daemon next reports that it serves.
+      this.#standby = undefined
+      this.#opts.log(`holder: the warm standby layerd ${g.child.pid ?? '?'} ${how}`)
+      return
+    }
     if (this.#next === g) {
       // A planned restart's new layerd died before serving: the restart fails; the old one serves on, or is restarted below.
       this.#next = undefined
@@ -199,7 +233,7 @@ export class Holder {
         return
       }
     } else {
-      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}`)
+      this.#opts.log(g.dropped === true ? `holder: the warm standby layerd ${g.child.pid ?? '?'} ended (not needed)` : `holder: layerd ${g.child.pid ?? '?'} ${how}`)
       return
     }
     if (this.#stopping || (code !== null && DAEMON_EXIT_FINAL.has(code) && this.#planned === undefined)) {
@@ -212,10 +246,42 @@ export class Holder {
     const planned = this.#planned !== undefined || code === DAEMON_EXIT_HANDOVER
     this.#failures = healthy || planned ? 0 : this.#failures + 1
     const delay = this.#failures === 0 ? 0 : Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (this.#failures - 1))
+    this.#restarts++
+    const standby = this.#standby
+    if (standby !== undefined && delay === 0) {
+      // The warm standby takes over: it only has to take the lock, open the home and attach the kept connections.
+      this.#standby = undefined
+      this.#current = standby
+      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${code === 5 ? ' (a fatal error: its cause is logged above)' : ''}; ` +
+        `the warm standby layerd ${standby.child.pid ?? '?'} takes over; ${this.#fds.size} connection(s) kept`)
+      this.#letTakeOver(standby)
+      return
+    }
     this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${planned ? ' (handover)' : code === 5 ? ' (a fatal error: its cause is logged above)' : ''}; ` +
       `starting a new one${delay > 0 ? ` in ${delay} ms (${this.#failures} failed start(s) in a row)` : ''}; ${this.#fds.size} connection(s) kept`)
-    this.#restarts++
     setTimeout(() => { if (!this.#stopping) this.#spawn() }, delay)
+  }
+
+  /** Answer a warm standby's `standby` (now, or as soon as it asks): it takes the home's lock and every kept connection. */
+  #letTakeOver (g: Generation): void {
+    g.go = true
+    if (g.waiting === true) {
+      g.waiting = false
+      this.#native.fdSend(g.sock, encodeMessage({ op: 'ok' }), [])
+    }
+  }
+
+  /** End the warm standby, if any: it holds nothing (no lock, no fd), so a SIGKILL loses nothing. */
+  #dropStandby (): void {
+    const standby = this.#standby
+    this.#standby = undefined
+    if (standby !== undefined && standby.child.exitCode === null && standby.child.signalCode === null) { standby.dropped = true; standby.child.kill('SIGKILL') }
+  }
+
+  /** Start a warm standby when one is wanted and none runs (after a daemon reports that it serves). */
+  #keepStandby (): void {
+    if (this.#opts.warmStandby === false || this.#stopping || this.#standby !== undefined || this.#next !== undefined) return
+    this.#spawn('standby')
   }
 
   /** Serve one layerd's requests until its end of the socketpair closes. */
@@ -266,6 +332,7 @@ export class Holder {
         reply({ op: 'end', count: this.#fds.size })
         return
       case 'standby':
+        if (g.warm === true && g.go !== true) { g.waiting = true; return } // answered by #letTakeOver
         reply({ op: 'ok' })
         if (g === this.#next) this.#current?.child.kill('SIGUSR2')
         return
@@ -276,8 +343,10 @@ export class Holder {
         if (g === this.#next) {
           this.#next = undefined
           this.#current = g
+          this.#plannedRestarts++
           for (const w of this.#readyWaiters.splice(0)) w.resolve(g)
         }
+        if (g === this.#current) setImmediate(() => this.#keepStandby())
     }
   }
 
@@ -330,6 +399,7 @@ export class Holder {
   }
 
   #finish (code: number): void {
+    this.#dropStandby()
     this.#server?.close()
     rmSync(join(this.#opts.home, HOLDER_SOCKET), { force: true })
     for (const fd of this.#fds.values()) { try { closeSync(fd) } catch {} }

@@ -45,7 +45,9 @@ t.test('layerctl daemon restart 10 times between two copies of the build mid-rea
   t.equal(log.match(/exited with code 6 \(handover\)/g)?.length, RESTARTS, 'each old layerd handed over (exit 6)')
   t.equal(log.match(/was killed by|fatal/g), null, 'no layerd crashed')
   const status = await r.node.layerd.layerctl('daemon', 'status', '--json')
-  const s = JSON.parse(status.stdout) as { daemon: { pid: number }, holder: { holderPid: number, keptFds: number }, mounts: unknown[] }
+  const s = JSON.parse(status.stdout) as { daemon: { pid: number }, holder: { holderPid: number, keptFds: number, restarts: number, plannedRestarts: number }, mounts: unknown[] }
+  t.equal(s.holder.plannedRestarts, RESTARTS, 'daemon status counts the planned restarts')
+  t.equal(s.holder.restarts, 0, '… and no crash restart')
   t.equal(s.daemon.pid, r.pids.at(-1), 'daemon status names the serving daemon')
   t.ok(s.holder.holderPid > 0 && s.holder.keptFds >= 3, `… its holder and the kept connections (${s.holder.keptFds}: plain mount, stack base and top)`)
   t.ok(s.mounts.length >= 2, '… and the mounts')

@@ -61,6 +61,8 @@ export class DaemonRemoteLayers implements RemoteLayers {
       await this.mounts.unmount(mountpoint)
       return
     }
+    // A mount an earlier daemon left that the holder still keeps alive (containers read it): mount() takes it over.
+    if (await this.mounts.hasKeptConnection(mountpoint)) return
     await detachIfMounted(mountpoint)
   }
 }

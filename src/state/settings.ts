@@ -45,6 +45,8 @@ export interface Settings {
   stacks: boolean
   /** 'kernel' or 'fuse-native'; undefined: the kernel backend when it can serve. */
   fuseBackend?: string
+  /** Under a holder, keep a warm standby layerd loaded while one serves (LAYERD_WARM_STANDBY=0: none). Default true. */
+  warmStandby: boolean
   vm: VmSettings
 }
 
@@ -76,6 +78,7 @@ export function resolveSettings (flags: SettingFlags, env: NodeJS.ProcessEnv = p
     ...(cacheSize === undefined ? {} : { cacheSize }),
     ...(memoryTarget === undefined ? {} : { memoryTarget }),
     stacks: env.LAYERD_STACKS !== '0',
+    warmStandby: env.LAYERD_WARM_STANDBY !== '0',
     ...(fuseBackend === undefined ? {} : { fuseBackend }),
     vm
   }

@@ -45,7 +45,8 @@ export const daemonCommand: Command = {
     ctx.out(`layerd     pid ${ping.pid}, up ${uptime(ping.startedAt)}, home ${ping.home}`)
     ctx.out(holder === undefined
       ? `holder     none: ${ping.connectionsKeptBy === 'systemd' ? "FUSE connections are kept in systemd's fd store" : 'mounts die with layerd'}`
-      : `holder     pid ${holder.holderPid}, up ${uptime(holder.startedAt)}, ${holder.keptFds} FUSE connection(s) kept, layerd restarted ${holder.restarts} time(s)`)
+      : `holder     pid ${holder.holderPid}, up ${uptime(holder.startedAt)}, ${holder.keptFds} FUSE connection(s) kept, layerd restarted ${holder.restarts + holder.plannedRestarts} time(s) (${holder.restarts} after a crash, ${holder.plannedRestarts} planned), ` +
+        (holder.standbyPid === null ? 'no warm standby' : `warm standby pid ${holder.standbyPid}`))
     ctx.out(`mounts     ${mounts.length}`)
     for (const m of mounts) ctx.out(`  ${m.mountpoint}  ${m.image}`)
     return 0

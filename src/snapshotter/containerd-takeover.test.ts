@@ -1,0 +1,86 @@
+/**
+ * Lazy snapshots survive layerd's crash: a container runs under a real
+ * containerd 1.6 on the python image's remote (lazy FUSE) snapshots, with
+ * layerd under its holder, and reads files of the image in a loop (sha256
+ * checked, each file's page cache dropped before it is read, so reads reach
+ * layerd) while layerd is SIGKILLed 3 times. The new daemon takes the lazy
+ * mounts over like any other kept connection (src/holder/README.md).
+ */
+import t from 'tap'
+import { existsSync } from 'node:fs'
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { ensureDebianImages } from '../../fixtures/debian-images.js'
+import { ContainerdInstance } from '../../fixtures/containerd.js'
+import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
+import { servingPid } from '../../fixtures/takeover-workload.js'
+import { VERIFYING_READER_PY, expectedFiles, lastReport, readerLists } from '../../fixtures/verifying-readers.js'
+import { parseRef } from '../format/ref.js'
+import { pushImage } from '../image/push.js'
+import { openMemoryNodeDb } from '../state/node-db.js'
+import { openStore } from '../store/open-store.js'
+import { snapshotterSocketPath } from './containerd-snapshotter.js'
+
+const KILLS = 3
+const images = await ensureDebianImages()
+// Short paths: unix socket names are limited to 104–108 bytes.
+const work = await mkdtemp('/tmp/layerd-ctk-')
+t.teardown(async () => await rm(work, { recursive: true, force: true }))
+const node = layerdNode(join(work, 'node'))
+{
+  const store = openStore(node.store)
+  await pushImage(images.images['python-v1'].dockerArchive, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb() })
+  await store.close()
+}
+// Through the launcher: layerd runs under its holder, which keeps the FUSE connections.
+const started = await node.layerctl('stats')
+if (started.code !== 0) throw new Error(`layerctl stats could not start layerd: ${started.stderr}`)
+t.teardown(async () => await node.stopDaemon())
+for (let i = 0; i < 100 && !existsSync(snapshotterSocketPath(node.home)); i++) await new Promise(resolve => setTimeout(resolve, 100))
+const containerd = await ContainerdInstance.start({ dir: join(work, 'ctd'), snapshotterSocket: snapshotterSocketPath(node.home) })
+t.teardown(async () => await containerd.stop())
+
+t.test('a container on lazy snapshots reads correct bytes across 3 layerd SIGKILLs; each new daemon takes the lazy mounts over', async t => {
+  const pull = await node.layerctl('containerd', 'pull', 'deb/python:v1', '--address', containerd.address, '--json')
+  t.equal(pull.code, 0, pull.stderr)
+  t.equal((JSON.parse(pull.stdout) as { remote: number, layers: number }).remote, (JSON.parse(pull.stdout) as { layers: number }).layers, 'every layer is a remote snapshot')
+  const out = join(work, 'out')
+  await mkdir(out)
+  const files = readerLists(await expectedFiles(images.images['python-v1'].rootfs), 1, 150)[0]!
+  await writeFile(join(out, 'spec.json'), JSON.stringify({ root: '', files, until: Date.now() / 1000 + 300, stopFile: '/out/stop', pauseS: 0.005 }))
+  const run = await containerd.ctr('run', '-d', '--snapshotter', 'layerd', '--mount', `type=bind,src=${out},dst=/out,options=rbind:rw`,
+    'deb/python:v1', 'lazy-kill', 'sh', '-c', 'python3 -c "$0" < /out/spec.json > /out/report.json 2> /out/stderr.txt', VERIFYING_READER_PY)
+  t.equal(run.code, 0, run.stderr)
+  const snapshotsDir = join(node.home, 'snapshotter', 'snapshots')
+  const lazyMounts = await mountsUnder(snapshotsDir)
+  t.ok(lazyMounts > 0, `the container stands on ${lazyMounts} lazy mount(s)`)
+  let pid = await servingPid(node.home, undefined)
+  const pids = [pid]
+  let lastKillAt = 0
+  for (let i = 0; i < KILLS; i++) {
+    await new Promise(resolve => setTimeout(resolve, 1_500))
+    lastKillAt = Date.now() / 1000
+    await node.killDaemon()
+    pid = await servingPid(node.home, pid)
+    pids.push(pid)
+  }
+  await new Promise(resolve => setTimeout(resolve, 1_500))
+  await writeFile(join(out, 'stop'), '')
+  const tasks = async (): Promise<string> => (await containerd.ctr('tasks', 'ls')).stdout
+  for (let i = 0; i < 300 && /lazy-kill\s+\d+\s+RUNNING/.test(await tasks()); i++) await new Promise(resolve => setTimeout(resolve, 100))
+  const report = lastReport(await readFile(join(out, 'report.json'), 'utf8'))
+  t.ok(report !== undefined, `the container's reader reported (stderr: ${await readFile(join(out, 'stderr.txt'), 'utf8').catch(() => '')})`)
+  t.same(report?.errors, [], 'no read error in the container')
+  t.same(report?.wrong, [], 'no wrong byte in the container')
+  t.ok((report?.reads ?? 0) > files.length, `the container verified ${report?.reads ?? 0} file reads (${files.length} files a pass)`)
+  t.ok((report?.lastAt ?? 0) > lastKillAt, 'it was still reading after the last kill')
+  t.equal(new Set(pids).size, KILLS + 1, `a new daemon served after each kill: ${pids.join(' → ')}`)
+  const log = await readFile(join(node.home, 'layerd.log'), 'utf8')
+  t.notMatch(log, /snapshots\/\d+\/fs: .*mounting it again/, 'no lazy mount was mounted afresh (its connection would have ended)')
+  t.equal(await mountsUnder(snapshotsDir), lazyMounts, 'the same lazy mounts stand')
+  // containerd reaches the new daemon's snapshotter: a new container starts on the same snapshots.
+  const fresh = await containerd.ctr('run', '--rm', '--snapshotter', 'layerd', 'deb/python:v1', 'lazy-after', 'python3', '-c', 'print(6*7)')
+  t.equal(fresh.stdout.trim(), '42', fresh.stderr)
+  t.equal((await containerd.ctr('tasks', 'rm', 'lazy-kill')).code, 0)
+  t.equal((await containerd.ctr('containers', 'rm', 'lazy-kill')).code, 0)
+})
