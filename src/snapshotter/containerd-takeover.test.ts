@@ -9,6 +9,7 @@
 import t from 'tap'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { connect } from 'node:net'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { ContainerdInstance } from '../../fixtures/containerd.js'
@@ -78,7 +79,12 @@ t.test('a container on lazy snapshots reads correct bytes across 3 layerd SIGKIL
   const log = await readFile(join(node.home, 'layerd.log'), 'utf8')
   t.notMatch(log, /snapshots\/\d+\/fs: .*mounting it again/, 'no lazy mount was mounted afresh (its connection would have ended)')
   t.equal(await mountsUnder(snapshotsDir), lazyMounts, 'the same lazy mounts stand')
-  // containerd reaches the new daemon's snapshotter: a new container starts on the same snapshots.
+  // containerd reaches the new daemon's snapshotter (it listens after the daemon's control socket): a new container starts on the same snapshots.
+  const listening = async (): Promise<boolean> => await new Promise(resolve => {
+    const c = connect(snapshotterSocketPath(node.home), () => { c.destroy(); resolve(true) })
+    c.on('error', () => resolve(false))
+  })
+  for (let i = 0; i < 300 && !await listening(); i++) await new Promise(resolve => setTimeout(resolve, 100))
   const fresh = await containerd.ctr('run', '--rm', '--snapshotter', 'layerd', 'deb/python:v1', 'lazy-after', 'python3', '-c', 'print(6*7)')
   t.equal(fresh.stdout.trim(), '42', fresh.stderr)
   t.equal((await containerd.ctr('tasks', 'rm', 'lazy-kill')).code, 0)
