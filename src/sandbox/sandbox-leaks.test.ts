@@ -103,8 +103,10 @@ t.test('a density run of 100 process sandboxes held at once leaves nothing behin
   const before = await census()
   const held: ManagedSandbox[] = []
   // 4 creators at a time, as a harness would.
+  let started = 0
   const creators = Array.from({ length: 4 }, async () => {
-    while (held.length < 100) {
+    while (started < 100) {
+      started++
       const sb = await oneSandbox('process')
       held.push(sb)
       await sb.exec({ cmd: ['sh', '-c', 'cat /usr/bin/python3 > /dev/null'] })
@@ -113,7 +115,10 @@ t.test('a density run of 100 process sandboxes held at once leaves nothing behin
   await Promise.all(creators)
   const full = await census()
   t.equal(full.sandboxRows, before.sandboxRows + held.length, `${held.length} sandboxes are recorded while held`)
-  t.ok(full.mounts > before.mounts, `their mounts are there while held (${before.mounts} → ${full.mounts})`)
+  t.equal(held.length, 100)
+  t.ok(full.mounts >= before.mounts + 100, `their mounts are there while held (${before.mounts} → ${full.mounts})`)
+  t.ok(full.loops >= before.loops + 100, `so are their loop devices, so the census sees them (${before.loops} → ${full.loops})`)
+  t.ok(full.cgroups >= before.cgroups + 100, `and their cgroups (${before.cgroups} → ${full.cgroups})`)
   await Promise.all(held.map(async sb => await sb.destroy()))
   same(t, before, await census(), `after ${held.length} held at once`)
 })
