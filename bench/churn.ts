@@ -1,0 +1,127 @@
+/**
+ * Sandbox churn (issue 17, part 2): C concurrent creators each loop
+ * create → exec `true` → destroy for S seconds, over a real layerd mount of
+ * the Debian python image with a warm chunk cache (`layerctl pull --all`).
+ * The library path calls createSandbox() (src/sandbox/); `--cli` runs
+ * `layerctl run --tier T IMAGE -- true` as a harness in another language would.
+ *
+ *   node dist/bench/churn.js [--tier process|container] [--seconds S] [--concurrency C] [--cli] [--out DIR]
+ *
+ * Without --concurrency it sweeps C = 1, 2, 4, 8, 16. Writes <out>/churn.json
+ * ({ tier, concurrency, seconds, created, perSecond, p50Ms, p99Ms, errors } of
+ * the best C, and every row) and churn.md. No warm pool is used.
+ *
+ * Bench-only: may import anything.
+ */
+import { mkdtemp, rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import { ensureDebianImages } from '../fixtures/debian-images.js'
+import { layerdNode, LAYERCTL_ENTRY, run } from '../fixtures/layerd-harness.js'
+import { createSandbox } from '../src/sandbox/create-sandbox.js'
+import type { Tier } from '../src/runtime/sandbox.js'
+import { benchArgs, benchUsage, type BenchOptions } from './bench-args.js'
+import { fmt, markdownTable, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
+
+const SPEC = {
+  tier: { type: 'string', default: 'process', value: 'process|container' },
+  seconds: { type: 'string', default: '20', value: 'S' },
+  concurrency: { type: 'string', value: 'C' },
+  cli: { type: 'boolean' },
+  ...REPORT_OPTIONS
+} satisfies BenchOptions
+
+interface ChurnRow { tier: Tier, cli: boolean, concurrency: number, seconds: number, created: number, perSecond: number, p50Ms: number, p99Ms: number, errors: number, firstError?: string }
+
+function quantile (sorted: number[], q: number): number {
+  if (sorted.length === 0) return NaN
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!
+}
+
+async function churn (one: () => Promise<void>, tier: Tier, cli: boolean, concurrency: number, seconds: number): Promise<ChurnRow> {
+  const durations: number[] = []
+  let errors = 0
+  let firstError: string | undefined
+  const start = performance.now()
+  const end = start + seconds * 1000
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (performance.now() < end) {
+      const t0 = performance.now()
+      try {
+        await one()
+        durations.push(performance.now() - t0)
+      } catch (err) {
+        errors++
+        firstError ??= (err as Error).message
+      }
+    }
+  }))
+  const elapsed = (performance.now() - start) / 1000
+  durations.sort((a, b) => a - b)
+  return {
+    tier, cli, concurrency, seconds: elapsed, created: durations.length, perSecond: durations.length / elapsed,
+    p50Ms: quantile(durations, 0.5), p99Ms: quantile(durations, 0.99), errors, ...(firstError === undefined ? {} : { firstError })
+  }
+}
+
+async function main (): Promise<void> {
+  const a = benchArgs('churn', SPEC)
+  const tier = a.string('tier') as Tier
+  if (tier !== 'process' && tier !== 'container') {
+    process.stderr.write(`churn: --tier must be process or container, got ${JSON.stringify(tier)}\n${benchUsage('churn', SPEC)}\n`)
+    process.exit(2)
+  }
+  const seconds = a.number('seconds', { min: 1 })
+  const levels = a.optString('concurrency') === undefined ? [1, 2, 4, 8, 16] : [a.number('concurrency', { min: 1 })]
+  const cli = a.flag('cli')
+  const command = `node dist/bench/churn.js ${process.argv.slice(2).join(' ')}`.trim()
+  const images = await ensureDebianImages()
+  const work = await mkdtemp('/var/tmp/layerd-churn-')
+  const node = layerdNode(join(work, 'home'))
+  try {
+    await node.startDaemon()
+    for (const args of [['push', images.images['python-v1'].dockerArchive, 'bench/python:v1'], ['pull', '--all', 'bench/python:v1']]) {
+      const r = await node.layerctl(...args)
+      if (r.code !== 0) throw new Error(`layerctl ${args.join(' ')}: ${r.stderr}`)
+    }
+    const base = { image: 'bench/python:v1', home: node.home, store: node.store, tier }
+    const library = async (): Promise<void> => {
+      const sb = await createSandbox(base)
+      try {
+        const r = await sb.exec({ cmd: ['true'] })
+        if (r.exitCode !== 0) throw new Error(`exec true exited ${r.exitCode}: ${r.stderr.toString()}`)
+      } finally { await sb.destroy() }
+    }
+    const viaCli = async (): Promise<void> => {
+      const r = await run(process.execPath, [LAYERCTL_ENTRY, 'run', '--tier', tier, 'bench/python:v1', '--', 'true'], node.env)
+      if (r.code !== 0) throw new Error(`layerctl run exited ${r.code}: ${r.stderr}`)
+    }
+    const one = cli ? viaCli : library
+    for (let i = 0; i < 3; i++) await one() // warm: the image mounted, drivers probed
+    const load = startLoadSampler()
+    const rows: ChurnRow[] = []
+    for (const c of levels) {
+      const row = await churn(one, tier, cli, c, seconds)
+      process.stderr.write(`C=${c}: ${row.created} in ${fmt(row.seconds, 1)} s = ${fmt(row.perSecond, 1)}/s, p50 ${fmt(row.p50Ms, 0)} ms, p99 ${fmt(row.p99Ms, 0)} ms, ${row.errors} errors\n`)
+      rows.push(row)
+    }
+    const best = rows.reduce((b, r) => r.perSecond > b.perSecond ? r : b)
+    const target = tier === 'process' ? (cli ? 25 : 50) : (cli ? 25 : 30)
+    const table = markdownTable(['path', 'tier', 'C', 'created', 'per second', 'p50 ms', 'p99 ms', 'errors'],
+      rows.map(r => [cli ? 'layerctl run' : 'library', r.tier, String(r.concurrency), String(r.created), fmt(r.perSecond, 1), fmt(r.p50Ms, 0), fmt(r.p99Ms, 0), String(r.errors)]))
+    const verdict = `Best C = ${best.concurrency}: ${fmt(best.perSecond, 1)}/s (target ≥ ${target}/s ${best.perSecond >= target ? '✓' : '✗'}), ` +
+      `p99 ${fmt(best.p99Ms, 0)} ms (target < 250 ms ${best.p99Ms < 250 ? '✓' : '✗'}), ${best.errors} errors. No warm pool.`
+    await writeReport({
+      name: 'churn',
+      title: `Sandbox churn: ${tier} tier, ${cli ? 'layerctl run' : 'library API'}`,
+      command,
+      load: load.stop(),
+      markdown: `${table}\n\n${verdict}\n`,
+      data: { tier, concurrency: best.concurrency, seconds: best.seconds, created: best.created, perSecond: best.perSecond, p50Ms: best.p50Ms, p99Ms: best.p99Ms, errors: best.errors, cli, warmPool: false, rows }
+    }, a.string('out'))
+  } finally {
+    await node.stopDaemon().catch(() => {})
+    await rm(work, { recursive: true, force: true }).catch(() => {})
+  }
+}
+
+await main()
