@@ -57,7 +57,13 @@ t.test('RSS after an export returns to within 10% of before', async t => {
   t.equal(r.code, 0, r.stderr)
   const exported = Date.now()
   t.ok((await stat(out)).size > 100 * MB, 'the export wrote the whole image')
-  const after = await settledAfter(node, exported)
+  let after = await settledAfter(node, exported)
+  // Freed memory reaches the system a little after the settle (V8 frees ArrayBuffers on a background thread, and
+  // malloc_trim follows): on a loaded machine, give that up to 15 s before judging.
+  for (const deadline = Date.now() + 15_000; after.rssBytes > before.rssBytes * 1.1 && Date.now() < deadline;) {
+    await new Promise(resolve => setTimeout(resolve, 500))
+    after = { ...(await memory(node)), peakRssBytes: after.peakRssBytes }
+  }
   t.comment(`RSS before ${(before.rssBytes / MB).toFixed(1)} MB, high-water ${(after.peakRssBytes / MB).toFixed(1)} MB, after ${(after.rssBytes / MB).toFixed(1)} MB`)
   t.ok(after.peakRssBytes > before.rssBytes + 20 * MB, 'the burst took memory (VmHWM at least 20 MB above the start)')
   t.ok(after.rssBytes <= before.rssBytes * 1.1, `RSS after the export (${(after.rssBytes / MB).toFixed(1)} MB) is within 10% of before (${(before.rssBytes / MB).toFixed(1)} MB)`)
