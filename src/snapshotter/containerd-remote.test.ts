@@ -56,7 +56,13 @@ t.test('layerctl containerd pull, then ctr run: python answers, reading a few pe
   t.ok(rows.every(row => row !== null), usage.stdout)
   t.equal(rows.reduce((n, row) => n + Number(row?.[3]), 0), tocEntries, `inodes sum to the TOCs' ${tocEntries} entries:\n${usage.stdout}`)
   t.ok(rows.every(row => row !== null && !/^0(\.0+)? ?B$/.test(row[2]!)), `every lazy snapshot reports a size:\n${usage.stdout}`)
-  const py = await run('deb/python:v1', 'lazy-1', 'python3', '-c', 'print(6*7)')
+  let py = await run('deb/python:v1', 'lazy-1', 'python3', '-c', 'print(6*7)')
+  if (py.code === 0 && py.stdout.trim() === '') {
+    // Seen once in CI at load ~12: exit 0 with nothing printed. ctr 1.6 can lose a short task's output when its
+    // FIFO copy has not finished as the task exits; a failed python would exit non-zero. Run it once more.
+    t.comment('ctr run exited 0 with no output; running it again')
+    py = await run('deb/python:v1', 'lazy-1b', 'python3', '-c', 'print(6*7)')
+  }
   t.equal(py.stdout.trim(), '42', py.stderr)
   const stats = JSON.parse((await node.layerctl('stats', '--json')).stdout) as { fetch: { fetchedBytes: number } }
   t.ok(stats.fetch.fetchedBytes > 0, 'chunks were fetched on demand')
