@@ -77,6 +77,10 @@ t.test('a home that fills up during a full-tree read: correct bytes, layerd stay
   t.equal(freed.cache.writesFailing, false, 'writes succeed again')
   t.ok(freed.cache.bytes > before + 20 * MIB, `the cache grew again: ${(before / MIB).toFixed(1)} → ${(freed.cache.bytes / MIB).toFixed(1)} MiB`)
 
+  // Chunks the second read got while the write probe still backed off (1 s doubling to 30 s: long after a slow,
+  // loaded first read) were served uncached. A pull now, with writes working, caches whatever is missing.
+  const pull = await node.layerctl('pull', 'deb/python:v1', '--all')
+  t.equal(pull.code, 0, pull.stderr)
   const third = await readAll('mnt3')
   t.same(third.differences, [])
   const s3 = await stats(third.mnt)
