@@ -150,21 +150,26 @@ export interface DaemonMemoryResult {
   malloc?: { arenaBytes: number, mmapBytes: number, inUseBytes: number, freeBytes: number, topReleasableBytes: number }
   settle: { settles: number, lastSettleAt?: string, lastRssBeforeBytes?: number, lastRssAfterBytes?: number, lastSettleMs?: number }
   /** Proactive reclaim (memory-reclaimer.ts); absent when off (`--memory-target off`). */
-  reclaim?: {
-    targetBytes: number
-    gauge: string
-    passes: number
-    filesDropped: number
-    lastPassAt?: string
-    lastPassMs?: number
-    lastUsedBeforeBytes?: number
-    lastUsedAfterBytes?: number
-    lastReading?: { usedBytes: number, limitBytes: number, psiSomeAvg10: number | undefined }
-  }
+  reclaim?: ReclaimStats
 }
 /** One mount's counters (`stats` with a mountpoint). */
 export type MountStatsResult = MountStats & { cache: CacheCounters }
 export type PrefetchAnswer = { chunks: number, traced: number } & ({ started: true } | PrefetchCounts)
+/** Proactive reclaim's counters (src/daemon/memory-reclaimer.ts). */
+export interface ReclaimStats {
+  targetBytes: number
+  /** What use is measured on: a cgroup, or the node. */
+  gauge: string
+  passes: number
+  /** Files whose page cache the kernel was told to drop, over every pass. */
+  filesDropped: number
+  lastPassAt?: string
+  lastPassMs?: number
+  /** Use before and after the last pass (the gauge's bytes). */
+  lastUsedBeforeBytes?: number
+  lastUsedAfterBytes?: number
+  lastReading?: { usedBytes: number, limitBytes: number, psiSomeAvg10: number | undefined }
+}
 /** `layerctl gc node`, the daemon's half (src/daemon/node-gc.ts). */
 export interface NodeGcResult {
   dryRun: boolean

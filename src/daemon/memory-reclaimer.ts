@@ -30,6 +30,7 @@
  */
 import { closeSync, openSync } from 'node:fs'
 import type { MemoryGauge, MemoryReading } from '../host/memory-pressure.js'
+import type { ReclaimStats } from './control-protocol.js'
 import { nativeMemory } from '../native.js'
 import { dropColdPageCache } from '../fs/kernel-fuse.js'
 
@@ -52,19 +53,6 @@ export interface MemoryReclaimerOptions {
   log?: (line: string) => void
 }
 
-export interface ReclaimStats {
-  targetBytes: number
-  gauge: string
-  passes: number
-  /** Files whose page cache the kernel was told to drop, over every pass. */
-  filesDropped: number
-  lastPassAt?: string
-  lastPassMs?: number
-  /** Use before and after the last pass (the gauge's bytes). */
-  lastUsedBeforeBytes?: number
-  lastUsedAfterBytes?: number
-  lastReading?: MemoryReading
-}
 
 export const DEFAULT_RECLAIM_COLD_MS = 30_000
 const DEFAULT_SETTLE_EVERY_MS = 2000
