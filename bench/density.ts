@@ -16,8 +16,9 @@
  * reported beside it), layerd's RSS and PSS, this process's RSS (the holder of
  * the sandboxes: its child processes' pipes), the mounts, loop devices and
  * fds in use, layerd's control round trip (ping) while filling and when
- * full, and the creation p99: while filling and, once full, of P more
- * create → exec true → destroy cycles. Writes <out>/density.json
+ * full, and the creation p99: while filling (create, then the held
+ * command up to "ready") and, once full, of P more create → exec true →
+ * destroy cycles, each step timed. Writes <out>/density.json
  * ({ tier, count, memoryBytesPerSandbox, layerdRssBytes, createP99Ms,
  * errors, … }) and density.md.
  *
@@ -163,6 +164,8 @@ async function main (): Promise<void> {
     let firstError: string | undefined
     let stoppedBy = 'count'
     let started = 0
+    let filled = 0
+    let reported = 0
     const fillStart = performance.now()
     const stop = (why: string): void => { if (stoppedBy === 'count') stoppedBy = why; started = count }
     await Promise.all(Array.from({ length: concurrency }, async () => {
@@ -172,15 +175,17 @@ async function main (): Promise<void> {
         try {
           await hold()
           createMs.push(performance.now() - t0)
+          filled++
         } catch (err) {
           errors++
           firstError ??= (err as Error).message
           stop(`error: ${(err as Error).message.slice(0, 200)}`)
         }
-        if (held.length % 50 === 0) {
+        if (filled % 50 === 0 && filled > reported) {
+          reported = filled
           fillPingMs.push(await pingMs())
           const m = await meminfo()
-          process.stderr.write(`  ${held.length} held: ${fmt((m.usedBytes - empty.mem.usedBytes) / held.length / MIB, 2)} MiB each, ${fmt(m.availableBytes / MIB, 0)} MiB available, ping ${fmt(fillPingMs[fillPingMs.length - 1]!, 1)} ms\n`)
+          process.stderr.write(`  ${filled} held: ${fmt((m.usedBytes - empty.mem.usedBytes) / filled / MIB, 2)} MiB each, ${fmt(m.availableBytes / MIB, 0)} MiB available, ping ${fmt(fillPingMs[fillPingMs.length - 1]!, 1)} ms\n`)
           if (m.availableBytes < minAvailableBytes) stop(`MemAvailable below ${fmt(minAvailableBytes / MIB, 0)} MiB`)
         }
       }
@@ -192,6 +197,8 @@ async function main (): Promise<void> {
     const own = await sandboxMemory(held)
     // Once full: more cycles and pings, to see whether a full node still creates and answers.
     const fullCreateMs: number[] = []
+    const fullExecMs: number[] = []
+    const fullDestroyMs: number[] = []
     const fullPingMs: number[] = []
     for (let i = 0; i < probes; i++) {
       fullPingMs.push(await pingMs())
@@ -199,9 +206,13 @@ async function main (): Promise<void> {
       try {
         const sb = await createSandbox(base)
         fullCreateMs.push(performance.now() - t0)
+        const t1 = performance.now()
         const r = await sb.exec({ cmd: ['true'] })
+        fullExecMs.push(performance.now() - t1)
         if (r.exitCode !== 0) throw new Error(`exec true exited ${r.exitCode}`)
+        const t2 = performance.now()
         await sb.destroy()
+        fullDestroyMs.push(performance.now() - t2)
       } catch (err) { errors++; firstError ??= (err as Error).message }
     }
     daemon.close()
@@ -225,6 +236,7 @@ async function main (): Promise<void> {
       row('processes on the node', `${empty.census.processes} → ${full.census.processes}`),
       row('create p50 / p99 while filling', `${fmt(quantile(createMs, 0.5), 0)} / ${fmt(quantile(createMs, 0.99), 0)} ms`),
       row(`create p50 / p99 when full (${fullCreateMs.length} cycles)`, `${fmt(quantile(fullCreateMs, 0.5), 0)} / ${fmt(quantile(fullCreateMs, 0.99), 0)} ms`),
+      row('their `exec true`, destroy: p50 / p99 when full', `${fmt(quantile(fullExecMs, 0.5), 0)} / ${fmt(quantile(fullExecMs, 0.99), 0)} ms; ${fmt(quantile(fullDestroyMs, 0.5), 0)} / ${fmt(quantile(fullDestroyMs, 0.99), 0)} ms`),
       row('layerd ping p99 / max (filling and full)', `${fmt(quantile(pings, 0.99), 1)} / ${fmt(pings[pings.length - 1] ?? NaN, 1)} ms`),
       row('errors', `${errors}${firstError === undefined ? '' : ` (first: ${firstError.slice(0, 200)})`}`)
     ])
@@ -241,6 +253,7 @@ async function main (): Promise<void> {
       layerdRssBytes: full.layerd.rssBytes, layerdPssBytes: full.layerd.pssBytes, layerdRssEmptyBytes: empty.layerd.rssBytes,
       holderRssBytes: full.own.rssBytes,
       createP99Ms: quantile(fullCreateMs.length > 0 ? fullCreateMs : createMs, 0.99),
+      fullExecP50Ms: quantile(fullExecMs, 0.5), fullExecP99Ms: quantile(fullExecMs, 0.99), fullDestroyP99Ms: quantile(fullDestroyMs, 0.99),
       fillCreateP50Ms: quantile(createMs, 0.5), fillCreateP99Ms: quantile(createMs, 0.99),
       pingP99Ms: quantile(pings, 0.99), pingMaxMs: pings[pings.length - 1] ?? null,
       errors, ...(firstError === undefined ? {} : { firstError }),
