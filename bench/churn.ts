@@ -5,7 +5,7 @@
  * The library path calls createSandbox() (src/sandbox/); `--cli` runs
  * `layerctl run --tier T IMAGE -- true` as a harness in another language would.
  *
- *   node dist/bench/churn.js [--tier process|container] [--seconds S] [--concurrency C] [--cli] [--out DIR]
+ *   node dist/bench/churn.js [--tier process|container] [--runtime runc|crun] [--seconds S] [--concurrency C] [--cli] [--out DIR]
  *
  * Without --concurrency it sweeps C = 1, 2, 4, 8, 16. Writes <out>/churn.json
  * ({ tier, concurrency, seconds, created, perSecond, p50Ms, p99Ms, errors } of
@@ -20,6 +20,7 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode, LAYERCTL_ENTRY, run } from '../fixtures/layerd-harness.js'
 import { createSandbox } from '../src/sandbox/create-sandbox.js'
+import type { OciRuntimeName } from '../src/runtime/container/oci-runtime.js'
 import type { Tier } from '../src/runtime/sandbox.js'
 import { benchArgs, benchUsage, type BenchOptions } from './bench-args.js'
 import { fmt, markdownTable, quantile, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
@@ -29,6 +30,7 @@ const SPEC = {
   seconds: { type: 'string', default: '20', value: 'S' },
   concurrency: { type: 'string', value: 'C' },
   cli: { type: 'boolean' },
+  runtime: { type: 'string', default: 'runc', value: 'runc|crun' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 
@@ -93,6 +95,11 @@ async function main (): Promise<void> {
   const seconds = a.number('seconds', { min: 1 })
   const levels = a.optString('concurrency') === undefined ? [1, 2, 4, 8, 16] : [a.number('concurrency', { min: 1 })]
   const cli = a.flag('cli')
+  const runtime = a.string('runtime') as OciRuntimeName
+  if (runtime !== 'runc' && runtime !== 'crun') {
+    process.stderr.write(`churn: --runtime must be runc or crun, got ${JSON.stringify(runtime)}\n${benchUsage('churn', SPEC)}\n`)
+    process.exit(2)
+  }
   const command = `node dist/bench/churn.js ${process.argv.slice(2).join(' ')}`.trim()
   const images = await ensureDebianImages()
   const work = await mkdtemp('/var/tmp/layerd-churn-')
@@ -104,7 +111,7 @@ async function main (): Promise<void> {
       const r = await node.layerctl(...args)
       if (r.code !== 0) throw new Error(`layerctl ${args.join(' ')}: ${r.stderr}`)
     }
-    const base = { image: 'bench/python:v1', home: node.home, store: node.store, tier }
+    const base = { image: 'bench/python:v1', home: node.home, store: node.store, tier, runtime }
     const library = async (): Promise<void> => {
       const sb = await createSandbox(base)
       try {
@@ -113,7 +120,7 @@ async function main (): Promise<void> {
       } finally { await sb.destroy() }
     }
     const viaCli = async (): Promise<void> => {
-      const r = await run(process.execPath, [LAYERCTL_ENTRY, 'run', '--tier', tier, 'bench/python:v1', '--', 'true'], node.env)
+      const r = await run(process.execPath, [LAYERCTL_ENTRY, 'run', '--tier', tier, ...(tier === 'container' ? ['--runtime', runtime] : []), 'bench/python:v1', '--', 'true'], node.env)
       if (r.code !== 0) throw new Error(`layerctl run exited ${r.code}: ${r.stderr}`)
     }
     const one = cli ? viaCli : library
@@ -135,11 +142,11 @@ async function main (): Promise<void> {
       (best.cpuMsPerSandbox === undefined ? '' : ` CPU per sandbox (this process, layerd and their children): ${fmt(best.cpuMsPerSandbox, 1)} ms, so 2 idle cores would allow at most ${fmt(2000 / best.cpuMsPerSandbox, 0)}/s.`)
     await writeReport({
       name: 'churn',
-      title: `Sandbox churn: ${tier} tier, ${cli ? 'layerctl run' : 'library API'}`,
+      title: `Sandbox churn: ${tier} tier${tier === 'container' ? ` (${runtime})` : ''}, ${cli ? 'layerctl run' : 'library API'}`,
       command,
       load: load.stop(),
       markdown: `${table}\n\n${verdict}\n`,
-      data: { tier, concurrency: best.concurrency, seconds: best.seconds, created: best.created, perSecond: best.perSecond, p50Ms: best.p50Ms, p99Ms: best.p99Ms, errors: best.errors, cli, warmPool: false, rows }
+      data: { tier, ...(tier === 'container' ? { runtime } : {}), concurrency: best.concurrency, seconds: best.seconds, created: best.created, perSecond: best.perSecond, p50Ms: best.p50Ms, p99Ms: best.p99Ms, errors: best.errors, cli, warmPool: false, rows }
     }, a.string('out'))
   } finally {
     await node.stopDaemon().catch(() => {})

@@ -154,6 +154,11 @@ export async function unmountSandboxOverlay (stateDir: string): Promise<void> {
  */
 export async function removeSandboxOverlay (stateDir: string): Promise<void> {
   const dir = resolve(stateDir)
-  await unmountAllUnder(dir) // throws while anything stays mounted
+  // The two mounts set-up makes, overlay first, without reading the mount table, whose size grows with
+  // the sandboxes on the node; EINVAL (not mounted) and EBUSY are left to unmountAllUnder.
+  const p = overlayPaths(dir)
+  const sys = nativeMounts()
+  for (const m of [p.merged, p.diskDir]) { try { sys.umount2(m, 0) } catch {} }
+  await unmountAllUnder(dir) // whatever else is below (a crash mid-set-up): one table read if nothing is; throws while anything stays
   await rm(dir, { recursive: true, force: true })
 }
