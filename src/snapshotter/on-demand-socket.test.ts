@@ -89,3 +89,28 @@ t.test('OnDemandSocket closes the connections of a failed load, logs it once, an
   t.equal(await exchange(path, 'ok', 2), 'OK', 'the next connection loaded the handler')
   t.equal(loads, 2)
 })
+
+t.test('SnapshotsGrpcServer.take serves gRPC on connections OnDemandSocket accepted paused, the first ones while it loaded', async t => {
+  const grpc = await import('@grpc/grpc-js')
+  const { containerdService } = await import('./containerd-protos.js')
+  const { SnapshotsGrpcServer } = await import('./snapshots-grpc-server.js')
+  const { NotFoundError } = await import('../errors.js')
+  const path = join(dir, 'grpc.sock')
+  const snapshotter = { stat: (key: string) => { throw new NotFoundError(`snapshot ${key} does not exist`) } }
+  const socket = new OnDemandSocket(path, async () => {
+    await new Promise(resolve => setTimeout(resolve, 200)) // clients connect and send while this loads
+    return new SnapshotsGrpcServer(snapshotter as never, () => {})
+  }, () => {})
+  await socket.listen()
+  t.teardown(() => socket.close())
+  const { Client } = containerdService('snapshots')
+  const clients = [0, 1, 2].map(() => new Client(`unix://${path}`, grpc.credentials.createInsecure()))
+  t.teardown(() => { for (const c of clients) c.close() })
+  const stat = async (c: InstanceType<typeof Client>, key: string): Promise<{ code?: number, details?: string }> => await new Promise(resolve => {
+    (c as any).Stat({ key }, { deadline: Date.now() + 60_000 }, (err: { code: number, details: string } | null) => { resolve(err ?? {}) })
+  })
+  const answers = await Promise.all(clients.map(async (c, i) => await stat(c, `k${i}`)))
+  t.same(answers.map(a => a.code), [grpc.status.NOT_FOUND, grpc.status.NOT_FOUND, grpc.status.NOT_FOUND], 'each client got its answer')
+  t.match(answers[2]!.details, /snapshot k2 does not exist/)
+  t.equal((await stat(clients[0]!, 'later')).code, grpc.status.NOT_FOUND, 'a later call on an open connection')
+})

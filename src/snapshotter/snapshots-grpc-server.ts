@@ -99,11 +99,13 @@ export class SnapshotsGrpcServer implements SocketHandler {
     })
   }
 
-  /** Serve one accepted connection (not yet read from: grpc-js's http2 server takes it over). Sync; a closed server destroys it. */
+  /** Serve one accepted, paused connection (not yet read from: grpc-js's http2 server takes it over, then it is resumed). Sync; a closed server destroys it. */
   take (socket: Socket): void {
     if (this.#closed) { socket.destroy(); return }
     this.#injector ??= this.#server.createConnectionInjector(grpc.ServerCredentials.createInsecure())
     this.#injector.injectConnection(socket)
+    // Accepted paused (pauseOnConnect): the http2 session now reads from the socket's handle; start those reads.
+    socket.resume()
   }
 
   /** Stop serving (in-flight calls and open connections are cut). Async; idempotent. */
