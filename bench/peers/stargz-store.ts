@@ -26,8 +26,6 @@ import { runCommand } from '../../fixtures/run-command.js'
 
 const START_TIMEOUT_MS = 20_000
 const STOP_TIMEOUT_MS = 5_000
-/** Overlay mount attempts over the store's diffs (see rootfs: an intermittent ELOOP). */
-const MOUNT_ATTEMPTS = 3
 
 export interface StargzBinaries { store: string, convert: string }
 
@@ -154,18 +152,7 @@ export class StargzNode {
     // without the colon worked, but mount(2) sometimes answered ELOOP resolving it into the FUSE tree).
     const lower = [...diffs].reverse().map(d => d.replace(/([\\:,])/g, '\\$1')).join(':')
     const options = `lowerdir=${lower},upperdir=${work}/upper,workdir=${work}/work`
-    // mount(2) still answers ELOOP now and then while it resolves the lowerdirs in the store's FUSE tree
-    // (2 of about 100 mounts): try again, up to MOUNT_ATTEMPTS. The retries count in the peer's time.
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await runCommand('mount', ['-t', 'overlay', 'overlay', '-o', options, root])
-        break
-      } catch (err) {
-        if (attempt >= MOUNT_ATTEMPTS || !/Too many levels of symbolic links/.test((err as Error).message)) throw err
-        console.error(`  stargz-store: overlay mount of ${root} answered ELOOP (attempt ${attempt} of ${MOUNT_ATTEMPTS}); again`)
-        for (const d of diffs) await stat(d)
-      }
-    }
+    await runCommand('mount', ['-t', 'overlay', 'overlay', '-o', options, root])
     this.#roots.push({ root, options })
     return root
   }
