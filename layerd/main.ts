@@ -26,7 +26,6 @@ import { parseFuseBackend } from '../src/fs/image-mount.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { installProcessGuards } from '../src/daemon/process-guards.js'
-import { removeOrphanedSandboxes } from '../src/runtime/sandbox-cleanup.js'
 import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
 import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
@@ -121,6 +120,9 @@ async function main (): Promise<number> {
     sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),
     services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
     sweepAtStart: async (db, log) => {
+      // The sandbox runtimes' code is loaded only when there is something to clean.
+      if (!new SandboxRegistry(db).list().some(r => SandboxRegistry.status(r) === 'orphaned')) return
+      const { removeOrphanedSandboxes } = await import('../src/runtime/sandbox-cleanup.js')
       const { removed } = await removeOrphanedSandboxes(db, log)
       if (removed.length > 0) log(`removed ${removed.length} sandbox(es) left by crashed callers`)
     }

@@ -6,11 +6,11 @@ import { isAbsolute, resolve } from 'node:path'
 import type { ControlClient } from '../daemon/control-client.js'
 import { connectDaemon } from '../daemon/daemon-launcher.js'
 import type { CommandContext } from './command.js'
+import { daemonArgs, takeEarly } from './early-connect.js'
 
-/** The daemon for this home; connected (and started) once per command. */
+/** The daemon for this home; connected (and started) once per command, or taken from connectEarly. */
 export async function daemonFor (ctx: CommandContext): Promise<ControlClient> {
-  const args = ctx.settings.cacheSize === undefined ? [] : ['--cache-size', ctx.settings.cacheSize]
-  const client = await connectDaemon({ home: ctx.settings.home, args })
+  const client = await (takeEarly(ctx.settings.home) ?? connectDaemon({ home: ctx.settings.home, args: daemonArgs(ctx.settings) }))
   ctx.defer(() => client.close())
   return client
 }

@@ -24,7 +24,7 @@ import { ControlClient } from './control-client.js'
 import { readDaemonPid, socketPath } from './control-protocol.js'
 
 export const DAEMON_START_TIMEOUT_MS = 15_000
-const POLL_MS = 50
+const POLL_MS = 10
 
 /** The compiled daemon entry (dist/layerd/main.js), found relative to this module (dist/src/daemon/). */
 export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))

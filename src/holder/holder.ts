@@ -37,6 +37,13 @@ const DAEMON_EXIT_FINAL = new Set([0, 2, 3])
 const HEALTHY_MS = 1_000
 const BACKOFF_FIRST_MS = 250
 const BACKOFF_MAX_MS = 30_000
+/**
+ * The first layerd a holder starts was started for a client that is about to
+ * use it (`layerctl mount` on a cold node): its warm standby waits this long,
+ * so that loading it does not take CPU from that first mount and its reads.
+ * Later layerds (after a crash or a planned restart) get theirs at once.
+ */
+export const FIRST_STANDBY_DELAY_MS = 3_000
 /** A planned restart fails when the new layerd does not serve within this. */
 export const RESTART_TIMEOUT_MS = 30_000
 /** The holder's own exit codes. */
@@ -104,6 +111,8 @@ export class Holder {
   #plannedRestarts = 0
   /** The warm standby (opts.warmStandby), while one serves. */
   #standby: Generation | undefined
+  /** Whether a layerd has served yet under this holder (FIRST_STANDBY_DELAY_MS). */
+  #served = false
   #failures = 0
   #stopping = false
   #planned: { oldPid: number | null, started: number } | undefined
@@ -346,7 +355,11 @@ export class Holder {
           this.#plannedRestarts++
           for (const w of this.#readyWaiters.splice(0)) w.resolve(g)
         }
-        if (g === this.#current) setImmediate(() => this.#keepStandby())
+        if (g === this.#current) {
+          if (this.#served) setImmediate(() => this.#keepStandby())
+          else setTimeout(() => this.#keepStandby(), FIRST_STANDBY_DELAY_MS).unref()
+          this.#served = true
+        }
     }
   }
 

@@ -2,7 +2,8 @@
  * The containerd snapshotter as the daemon runs it: the snapshot table in
  * the node database, snapshots under `<home>/snapshotter/`, remote layers
  * from the daemon's store, and the gRPC service on
- * `<home>/snapshotter.sock` (containerd's `[proxy_plugins]` address).
+ * `<home>/snapshotter.sock` (containerd's `[proxy_plugins]` address). The
+ * socket is bound at start; gRPC is loaded when containerd first connects.
  *
  * May import: src/daemon/ (mount manager, store pool, types), src/state/ (types), this folder.
  */
@@ -15,7 +16,8 @@ import type { NodeDb } from '../state/node-db.js'
 import { DaemonRemoteLayers } from './daemon-remote-layers.js'
 import { LayerdSnapshotter } from './layerd-snapshotter.js'
 import { ContainerdSnapshotTable } from '../state/containerd-snapshot-table.js'
-import { SnapshotsGrpcServer } from './snapshots-grpc-server.js'
+import { containerdApiRoot } from './containerd-api-root.js'
+import { OnDemandSocket } from './on-demand-socket.js'
 
 /** The proxy plugin's name in containerd's config, and so the `--snapshotter` value. */
 import { snapshotterSocketPath } from './snapshotter-paths.js'
@@ -54,9 +56,14 @@ export async function startContainerdSnapshotter (d: ContainerdSnapshotterDeps):
     remote: new DaemonRemoteLayers(d.mounts, d.stores, d.store, d.log),
     log: d.log
   })
-  const server = new SnapshotsGrpcServer(snapshotter, d.log)
+  // Whether containerd's protos are there is known now; gRPC itself is loaded when containerd first dials (on-demand-socket.ts).
+  containerdApiRoot()
   const remounted = await snapshotter.recover()
   if (remounted > 0) d.log(`snapshotter: ${remounted} remote snapshot(s) mounted again for their active snapshots`)
-  await server.listen(snapshotterSocketPath(d.home))
-  return { snapshotter, close: async () => { await server.close() } }
+  const socket = new OnDemandSocket(snapshotterSocketPath(d.home), async () => {
+    const { SnapshotsGrpcServer } = await import('./snapshots-grpc-server.js')
+    return new SnapshotsGrpcServer(snapshotter, d.log)
+  }, d.log)
+  await socket.listen()
+  return { snapshotter, close: async () => { await socket.close() } }
 }

@@ -1,8 +1,9 @@
 /**
  * containerd's `containerd.services.snapshots.v1.Snapshots` gRPC service
- * over a LayerdSnapshotter, on a unix socket (grpc-js binds `unix://PATH`
- * server sockets; checked: containerd's proxy plugin dials it). The
- * socket is 0600: only root (containerd) talks to it.
+ * over a LayerdSnapshotter. It serves connections accepted on a unix socket
+ * elsewhere (on-demand-socket.ts binds it, 0600, before this module and
+ * gRPC are loaded), through grpc-js's connection injector; containerd's
+ * proxy plugin dials that socket.
  *
  * Errors become the gRPC statuses containerd maps back to its errdefs:
  * NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, INVALID_ARGUMENT; any
@@ -11,11 +12,12 @@
  *
  * May import: src/errors.ts, @grpc/grpc-js, this folder.
  */
-import { chmodSync, rmSync } from 'node:fs'
+import type { Socket } from 'node:net'
 import * as grpc from '@grpc/grpc-js'
 import { LayerdError, NotFoundError, describeError } from '../errors.js'
 import { containerdService } from './containerd-protos.js'
 import type { LayerdSnapshotter, SnapshotInfo, SnapshotMount } from './layerd-snapshotter.js'
+import type { SocketHandler } from './on-demand-socket.js'
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError } from './snapshot-errors.js'
 
 /** Infos per List message: containerd's own service batches by size; 100 keeps a message well under the 4 MiB limit with 4 KiB labels. */
@@ -64,9 +66,9 @@ function unary (log: (line: string) => void, name: string, fn: (req: any) => Pro
   }
 }
 
-export class SnapshotsGrpcServer {
+export class SnapshotsGrpcServer implements SocketHandler {
   readonly #server = new grpc.Server()
-  #path: string | undefined
+  #injector: ReturnType<grpc.Server['createConnectionInjector']> | undefined
   #closed = false
 
   constructor (snapshotter: LayerdSnapshotter, log: (line: string) => void) {
@@ -97,21 +99,20 @@ export class SnapshotsGrpcServer {
     })
   }
 
-  /** Listen on unix socket `path` (a stale socket file is replaced). Async. */
-  async listen (path: string): Promise<void> {
-    rmSync(path, { force: true })
-    await new Promise<void>((resolve, reject) => {
-      this.#server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), err => { err === null ? resolve() : reject(err) })
-    })
-    chmodSync(path, 0o600)
-    this.#path = path
+  /** Serve one accepted, paused connection (not yet read from: grpc-js's http2 server takes it over, then it is resumed). Sync; a closed server destroys it. */
+  take (socket: Socket): void {
+    if (this.#closed) { socket.destroy(); return }
+    this.#injector ??= this.#server.createConnectionInjector(grpc.ServerCredentials.createInsecure())
+    this.#injector.injectConnection(socket)
+    // Accepted paused (pauseOnConnect): the http2 session now reads from the socket's handle; start those reads.
+    socket.resume()
   }
 
-  /** Stop serving (in-flight calls are cut) and remove the socket. Idempotent. */
+  /** Stop serving (in-flight calls and open connections are cut). Async; idempotent. */
   async close (): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    this.#injector?.destroy()
     this.#server.forceShutdown()
-    if (this.#path !== undefined) rmSync(this.#path, { force: true })
   }
 }
