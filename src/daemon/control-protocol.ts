@@ -189,7 +189,9 @@ export interface ExportResult { manifest: string, entries: number, contentBytes:
 /**
  * `layerctl containerd pull`: the image record's name, its manifest, how many
  * layers were prepared as remote snapshots or already there, and the time of
- * each phase in ms (`manifest+lease`, `content`, `stat`, `prepare`, `image`, `release`).
+ * each phase in ms: `manifest+lease`; `content` (the two content writes) and
+ * `layers` (each layer's Stat and Prepare), which run at once, and
+ * `content+layers`, their wall time; `image`; `release`.
  */
 export interface ContainerdPullResult { name: string, manifest: string, layers: number, remote: number, alreadyThere: number, ms: number, phases: Record<string, number> }
 type Empty = Record<string, never>

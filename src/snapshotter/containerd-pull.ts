@@ -87,31 +87,37 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
     phase('manifest+lease')
     const manifestLabels: Record<string, string> = { 'containerd.io/gc.ref.content.config': oci.config.digest }
     oci.layers.forEach((l, i) => { manifestLabels[`containerd.io/gc.ref.content.l.${i}`] = l.digest })
-    await Promise.all([
-      client.writeContent(oci.config.digest, oci.config.bytes, { [`containerd.io/gc.ref.snapshot.${snapshotter}`]: oci.layers.at(-1)!.chainId }),
-      client.writeContent(oci.manifest.digest, oci.manifest.bytes, manifestLabels)
-    ])
-    phase('content')
+    // The two content writes and the layers' Prepares at once: they are independent, and the lease keeps both.
     let remote = 0
     let alreadyThere = 0
-    let parent = ''
-    for (const [i, layer] of oci.layers.entries()) {
-      const there = await snapshotExists(client, snapshotter, layer.chainId)
-      phase('stat')
-      if (there) {
-        alreadyThere++
-      } else {
-        await prepareRemote(client, snapshotter, layer.chainId, parent, {
-          [TARGET_SNAPSHOT_REF_LABEL]: layer.chainId,
-          ...(layer.toc === undefined ? {} : { [LAYERD_LAYER_LABEL]: layer.toc }),
-          [CRI_LAYER_DIGEST_LABEL]: layer.digest,
-          'containerd.io/snapshot/cri.image-ref': name
-        }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc ?? layer.digest}) of ${opts.image}`, fromRegistry)
-        remote++
-        phase('prepare')
+    const content = Promise.all([
+      client.writeContent(oci.config.digest, oci.config.bytes, { [`containerd.io/gc.ref.snapshot.${snapshotter}`]: oci.layers.at(-1)!.chainId }),
+      client.writeContent(oci.manifest.digest, oci.manifest.bytes, manifestLabels)
+    ]).then(() => { phases.content = performance.now() - last })
+    const layers = (async () => {
+      let parent = ''
+      for (const [i, layer] of oci.layers.entries()) {
+        const there = await snapshotExists(client, snapshotter, layer.chainId)
+        if (there) {
+          alreadyThere++
+        } else {
+          await prepareRemote(client, snapshotter, layer.chainId, parent, {
+            [TARGET_SNAPSHOT_REF_LABEL]: layer.chainId,
+            ...(layer.toc === undefined ? {} : { [LAYERD_LAYER_LABEL]: layer.toc }),
+            [CRI_LAYER_DIGEST_LABEL]: layer.digest,
+            'containerd.io/snapshot/cri.image-ref': name
+          }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc ?? layer.digest}) of ${opts.image}`, fromRegistry)
+          remote++
+        }
+        parent = layer.chainId
       }
-      parent = layer.chainId
-    }
+      phases.layers = performance.now() - last
+    })()
+    // Both settle before the pull goes on or fails (no write left running against a released lease).
+    const [wrote, prepared] = await Promise.allSettled([content, layers])
+    if (prepared.status === 'rejected') throw prepared.reason
+    if (wrote.status === 'rejected') throw wrote.reason
+    phase('content+layers')
     const image = { name, labels: {}, target: { media_type: oci.manifest.mediaType, digest: oci.manifest.digest, size: oci.manifest.bytes.length } }
     try {
       await client.call('images', 'Create', { image })
