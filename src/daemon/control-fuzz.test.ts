@@ -203,7 +203,11 @@ t.test('every JSON value type as a whole request, and each method with each para
     { method: 'pull', params: { image: 'fuzz/nope:v1', store, s3Endpoint: 'not a url' } },
     { method: 'export', params: { image: 'fuzz/nope:v1', store } },
     { method: 'export', params: { image: 'fuzz/nope:v1', store, tarFile: '/nonexistent-fuzz/x.tar', directory: '/nonexistent-fuzz/d' } },
-    { method: 'export', params: { image: 'fuzz/data:v1', store: node.store, tarFile: '/nonexistent-fuzz/x.tar' } }
+    { method: 'export', params: { image: 'fuzz/data:v1', store: node.store, tarFile: '/nonexistent-fuzz/x.tar' } },
+    { method: 'containerdPull', params: { image: 'fuzz/nope:v1', address: '/nonexistent-fuzz/containerd.sock', namespace: 'default', store } },
+    { method: 'containerdPull', params: { image: 'fuzz/data:v1', address: '/nonexistent-fuzz/containerd.sock', namespace: 'default', store: node.store } },
+    { method: 'containerdPull', params: { image: 'fuzz/data:v1', address: '/nonexistent-fuzz/containerd.sock', namespace: 'no spaces\u00e9', store: node.store } },
+    { method: 'containerdPull', params: { image: 'docker://localhost:1/x:y', address: '/nonexistent-fuzz/containerd.sock', namespace: 'default', store } }
   ]
   for (const [i, req] of semantic.entries()) {
     const a = (await c.send(JSON.stringify({ id: 9000 + i, ...req }) + '\n', i + 1))[i]!

@@ -69,6 +69,8 @@ export const CONTROL_PARAMS = {
   pull: { image: 'string', all: 'boolean?', ...STORE },
   export: { image: 'string', tarFile: 'path?', directory: 'path?', ...STORE },
   memory: { settle: 'boolean?', reclaim: 'boolean?' },
+  /** `layerctl containerd pull` of a layerd image, run by the daemon's containerd snapshotter (src/snapshotter/containerd-pull.ts). */
+  containerdPull: { image: 'string', address: 'path', namespace: 'string', name: 'string?', ...STORE },
   shutdown: {}
 } as const satisfies Record<string, Readonly<Record<string, FieldSpec>>>
 
@@ -184,6 +186,14 @@ export interface NodeGcResult {
 export interface PublishTraceResult { manifest: string, key: string, chunks: number }
 export interface PullResult { manifest: string, layers: number, metadataBytes: number, chunks: number, fetchedBytes: number, failed: number }
 export interface ExportResult { manifest: string, entries: number, contentBytes: number, fetchedBytes: number }
+/**
+ * `layerctl containerd pull`: the image record's name, its manifest, how many
+ * layers were prepared as remote snapshots or already there, and the time of
+ * each phase in ms: `manifest+lease`; `content` (the two content writes) and
+ * `layers` (each layer's Stat and Prepare), which run at once, and
+ * `content+layers`, their wall time; `image`; `release`.
+ */
+export interface ContainerdPullResult { name: string, manifest: string, layers: number, remote: number, alreadyThere: number, ms: number, phases: Record<string, number> }
 type Empty = Record<string, never>
 
 /** Every method's result: the other half of the map. */
@@ -202,6 +212,7 @@ export interface ControlResults {
   pull: PullResult
   export: ExportResult
   memory: DaemonMemoryResult
+  containerdPull: ContainerdPullResult
   shutdown: Empty
 }
 

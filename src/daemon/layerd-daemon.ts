@@ -18,7 +18,7 @@
  */
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
-import { PullIncompleteError, UsageError } from '../errors.js'
+import { PullIncompleteError, UnsupportedError, UsageError } from '../errors.js'
 import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { loadImage } from '../image/load-image.js'
 import type { ExportTarget } from '../materialize/export-image.js'
@@ -27,7 +27,7 @@ import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
 import { expectedRejectionCount, expectRejections, unhandledRejectionCount } from './process-guards.js'
 import {
-  BadRequestError, socketPath, type ControlHandlers, type ControlParams, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
+  BadRequestError, socketPath, type ControlHandlers, type ControlMethod, type ControlParams, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
 } from './control-protocol.js'
 import { MountManager, allChunks, type MountOptions } from './mount-manager.js'
 import type { BlockViews } from './block-views.js'
@@ -82,7 +82,12 @@ export interface DaemonConfig {
 
 /** What a service gets from the daemon: the node's database, mounts and stores. */
 export interface DaemonParts { home: string, db: NodeDb, mounts: MountManager, stores: StorePool, log: (line: string) => void }
-export interface DaemonService { close: () => Promise<void> }
+/**
+ * A running service. `handlers`: control methods it serves (the daemon answers
+ * them while the service runs; before it starts, or without it, they fail
+ * with UnsupportedError naming the method).
+ */
+export interface DaemonService { close: () => Promise<void>, handlers?: Partial<ControlHandlers> }
 
 /**
  * Documented exit codes of `layerd`: 0 after a clean stop; 1 when a stop
@@ -269,6 +274,7 @@ export class LayerdDaemon {
       }, { dryRun: p.dryRun === true }),
       pull: async p => await this.#pull(p),
       export: async p => await this.#export(p),
+      containerdPull: async p => await this.#serviceHandler('containerdPull', 'no containerd snapshotter runs in this layerd')(p),
       memory: async p => {
         if (p.settle === true) await this.#settler!.settle()
         if (p.reclaim === true) {
@@ -287,6 +293,15 @@ export class LayerdDaemon {
         return {}
       }
     }
+  }
+
+  /** The running service's handler of `method`, or one that throws UnsupportedError saying `missing`. */
+  #serviceHandler<M extends ControlMethod> (method: M, missing: string): ControlHandlers[M] {
+    for (const service of this.#services) {
+      const handler = service.handlers?.[method]
+      if (handler !== undefined) return handler
+    }
+    return (async () => { throw new UnsupportedError(`${method}: ${missing}`) }) as unknown as ControlHandlers[M]
   }
 
   /** Node-wide figures: what `stats` without a mountpoint answers, and what /metrics reads. */

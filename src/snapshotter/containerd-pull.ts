@@ -16,11 +16,17 @@
  * A `docker://` image takes its manifest and config from its registry
  * (registry-image.ts) and its layers from layerd's store by blob digest.
  *
- * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), this folder.
+ * layerd runs it for `layerctl containerd pull` of a layerd image (the
+ * `containerdPull` control method, served by containerd-snapshotter.ts), with
+ * its store already open and containerd's protos already loaded; layerctl
+ * runs it itself for a `docker://` image, with the caller's registry
+ * credentials.
+ *
+ * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), src/daemon/control-protocol.ts (types), this folder.
  */
 import { randomBytes } from 'node:crypto'
-import { NotFoundError, NotRemoteError } from '../errors.js'
-import type { Digest } from '../format/digest.js'
+import { BadInputError, NotFoundError, NotRemoteError } from '../errors.js'
+import type { ContainerdPullResult } from '../daemon/control-protocol.js'
 import { getManifest } from '../image/metadata-objects.js'
 import { resolveRef } from '../image/refs.js'
 import { isDigest } from '../format/digest.js'
@@ -28,7 +34,7 @@ import { parseRef } from '../format/ref.js'
 import type { ImageManifest } from '../format/manifest.js'
 import type { ObjectStore } from '../store/object-store.js'
 import { ContainerdClient } from './containerd-client.js'
-import { SNAPSHOTTER_NAME } from './containerd-snapshotter.js'
+import { SNAPSHOTTER_NAME } from './snapshotter-paths.js'
 import { TARGET_SNAPSHOT_REF_LABEL } from './layerd-snapshotter.js'
 import { CRI_LAYER_DIGEST_LABEL, LAYERD_LAYER_LABEL } from './layer-lookup.js'
 import { ociImageOf } from './oci-image.js'
@@ -51,11 +57,18 @@ export interface ContainerdPullOptions {
   snapshotter?: string
 }
 
-export interface ContainerdPullResult { name: string, manifest: Digest, layers: number, remote: number, alreadyThere: number, ms: number, phases: Record<string, number> }
+export type { ContainerdPullResult }
+
+/** containerd's rule for a namespace (its `namespaces` package): labels of letters and digits joined by `.`, `_` or `-`, at most 76 characters. */
+const NAMESPACE_RE = /^[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*$/
+const MAX_NAMESPACE_LENGTH = 76
 
 /** Pull `opts.image` into containerd as described above. Async; LayerdErrors name the image, layer and containerd's answer. */
 export async function containerdPull (opts: ContainerdPullOptions): Promise<ContainerdPullResult> {
   const started = performance.now()
+  if (!NAMESPACE_RE.test(opts.namespace) || opts.namespace.length > MAX_NAMESPACE_LENGTH) {
+    throw new BadInputError(`containerd pull ${opts.image}: namespace ${JSON.stringify(opts.namespace).slice(0, 90)} is not a containerd namespace (letters and digits, joined by ".", "_" or "-"; at most ${MAX_NAMESPACE_LENGTH} characters)`)
+  }
   const phases: Record<string, number> = {}
   let last = started
   const phase = (name: string): void => { const now = performance.now(); phases[name] = (phases[name] ?? 0) + (now - last); last = now }
@@ -74,31 +87,37 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
     phase('manifest+lease')
     const manifestLabels: Record<string, string> = { 'containerd.io/gc.ref.content.config': oci.config.digest }
     oci.layers.forEach((l, i) => { manifestLabels[`containerd.io/gc.ref.content.l.${i}`] = l.digest })
-    await Promise.all([
-      client.writeContent(oci.config.digest, oci.config.bytes, { [`containerd.io/gc.ref.snapshot.${snapshotter}`]: oci.layers.at(-1)!.chainId }),
-      client.writeContent(oci.manifest.digest, oci.manifest.bytes, manifestLabels)
-    ])
-    phase('content')
+    // The two content writes and the layers' Prepares at once: they are independent, and the lease keeps both.
     let remote = 0
     let alreadyThere = 0
-    let parent = ''
-    for (const [i, layer] of oci.layers.entries()) {
-      const there = await snapshotExists(client, snapshotter, layer.chainId)
-      phase('stat')
-      if (there) {
-        alreadyThere++
-      } else {
-        await prepareRemote(client, snapshotter, layer.chainId, parent, {
-          [TARGET_SNAPSHOT_REF_LABEL]: layer.chainId,
-          ...(layer.toc === undefined ? {} : { [LAYERD_LAYER_LABEL]: layer.toc }),
-          [CRI_LAYER_DIGEST_LABEL]: layer.digest,
-          'containerd.io/snapshot/cri.image-ref': name
-        }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc ?? layer.digest}) of ${opts.image}`, fromRegistry)
-        remote++
-        phase('prepare')
+    const content = Promise.all([
+      client.writeContent(oci.config.digest, oci.config.bytes, { [`containerd.io/gc.ref.snapshot.${snapshotter}`]: oci.layers.at(-1)!.chainId }),
+      client.writeContent(oci.manifest.digest, oci.manifest.bytes, manifestLabels)
+    ]).then(() => { phases.content = performance.now() - last })
+    const layers = (async () => {
+      let parent = ''
+      for (const [i, layer] of oci.layers.entries()) {
+        const there = await snapshotExists(client, snapshotter, layer.chainId)
+        if (there) {
+          alreadyThere++
+        } else {
+          await prepareRemote(client, snapshotter, layer.chainId, parent, {
+            [TARGET_SNAPSHOT_REF_LABEL]: layer.chainId,
+            ...(layer.toc === undefined ? {} : { [LAYERD_LAYER_LABEL]: layer.toc }),
+            [CRI_LAYER_DIGEST_LABEL]: layer.digest,
+            'containerd.io/snapshot/cri.image-ref': name
+          }, `layer ${i + 1} of ${oci.layers.length} (${layer.toc ?? layer.digest}) of ${opts.image}`, fromRegistry)
+          remote++
+        }
+        parent = layer.chainId
       }
-      parent = layer.chainId
-    }
+      phases.layers = performance.now() - last
+    })()
+    // Both settle before the pull goes on or fails (no write left running against a released lease).
+    const [wrote, prepared] = await Promise.allSettled([content, layers])
+    if (prepared.status === 'rejected') throw prepared.reason
+    if (wrote.status === 'rejected') throw wrote.reason
+    phase('content+layers')
     const image = { name, labels: {}, target: { media_type: oci.manifest.mediaType, digest: oci.manifest.digest, size: oci.manifest.bytes.length } }
     try {
       await client.call('images', 'Create', { image })

@@ -78,6 +78,12 @@ t.test('layerctl containerd pull of an image layerd does not have fails, naming 
   t.match(pull.stderr, /deb\/none:v1/)
 })
 
+t.test('layerctl containerd pull with a namespace containerd would refuse fails, naming it, before containerd is asked', async t => {
+  const pull = await node.layerctl('containerd', 'pull', 'deb/python:v1', '--address', containerd.address, '--namespace', 'not a namespace')
+  t.equal(pull.code, 1)
+  t.match(pull.stderr, /namespace "not a namespace" is not a containerd namespace/)
+})
+
 t.test('containerd restarted while a container runs: it keeps running, and new ones start', async t => {
   const start = await containerd.ctr('run', '-d', '--snapshotter', 'layerd', 'deb/python:v1', 'long-1', 'sleep', '600')
   t.equal(start.code, 0, start.stderr)

@@ -8,7 +8,8 @@
  * May import: src/daemon/ (mount manager, store pool, types), src/state/ (types), this folder.
  */
 import { join } from 'node:path'
-import { UnsupportedError } from '../errors.js'
+import { BadRequestError, UnsupportedError } from '../errors.js'
+import type { ControlHandlers } from '../daemon/control-protocol.js'
 import type { DaemonParts, DaemonService } from '../daemon/layerd-daemon.js'
 import type { MountManager } from '../daemon/mount-manager.js'
 import type { StoreLocation, StorePool } from '../daemon/store-pool.js'
@@ -33,16 +34,41 @@ export interface ContainerdSnapshotterDeps {
   log: (line: string) => void
 }
 
-/** The daemon service (DaemonConfig.services) serving remote snapshots from `store`; without containerd's protos installed it logs why and serves nothing. Async. */
+/**
+ * The daemon service (DaemonConfig.services) serving remote snapshots from
+ * `store`, and the `containerdPull` control method (`layerctl containerd
+ * pull` of a layerd image, run here: the store is open, containerd's protos
+ * are loaded). Without containerd's protos installed it logs why, serves no
+ * snapshots, and answers containerdPull with that reason. Async.
+ */
 export async function containerdSnapshotterService (parts: DaemonParts, store: StoreLocation): Promise<DaemonService> {
   try {
     const running = await startContainerdSnapshotter({ ...parts, store })
     parts.log(`containerd snapshotter serving ${snapshotterSocketPath(parts.home)} (remote snapshots from ${store.store})`)
-    return running
+    return { close: running.close, handlers: pullHandlers(parts.stores) }
   } catch (err) {
     if (!(err instanceof UnsupportedError)) throw err
     parts.log(`containerd snapshotter not started: ${err.message}`)
-    return { close: async () => {} }
+    const reason = err.message
+    return { close: async () => {}, handlers: { containerdPull: async () => { throw new UnsupportedError(`containerdPull: this layerd's containerd snapshotter did not start: ${reason}`) } } }
+  }
+}
+
+/** containerdPull, against the request's store (which must be the one remote snapshots come from, or the Prepares fail naming the layer). */
+function pullHandlers (stores: StorePool): Pick<ControlHandlers, 'containerdPull'> {
+  return {
+    containerdPull: async p => {
+      if (p.image.startsWith('docker://')) throw new BadRequestError(`containerdPull ${p.image}: a docker:// image is pulled by layerctl itself (with the caller's registry credentials), not by layerd`)
+      // Loaded on first use: an idle daemon holds none of the pull's code (issue 14).
+      const { containerdPull } = await import('./containerd-pull.js')
+      return await containerdPull({
+        image: p.image,
+        store: stores.get(p).store,
+        address: p.address,
+        namespace: p.namespace,
+        ...(p.name === undefined ? {} : { name: p.name })
+      })
+    }
   }
 }
 

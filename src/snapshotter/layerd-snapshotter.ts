@@ -209,9 +209,13 @@ export class LayerdSnapshotter {
    * throws for one directory, logs it.
    */
   async cleanup (): Promise<{ removed: number }> {
+    // The directories first, then the rows: a snapshot's row and directory appear in one synchronous step
+    // (#create), so every directory listed here that is live has its row by now. The other order removed
+    // the directory of a snapshot prepared while readdir ran (containerd's GC cleans up while containers start).
+    const names = await readdir(join(this.#root, 'snapshots'))
     const known = new Set(this.#records.all().map(r => String(r.id)))
     let removed = 0
-    for (const name of await readdir(join(this.#root, 'snapshots'))) {
+    for (const name of names) {
       if (known.has(name)) continue
       const dir = join(this.#root, 'snapshots', name)
       try {

@@ -1,14 +1,17 @@
 /**
  * `layerctl containerd pull NAME:TAG [--address SOCK] [--namespace NS] [--name REF]`
  * and `layerctl containerd config`: layerd images in a containerd, and the
- * containerd settings a node needs (src/snapshotter/README.md).
+ * containerd settings a node needs (src/snapshotter/README.md). The pull of a
+ * layerd image is a call to layerd (the `containerdPull` control method); a
+ * `docker://` image is pulled here, with the caller's registry credentials.
  */
 import { UsageError } from '../../errors.js'
 import { parseRef } from '../../format/ref.js'
 import { isDigest } from '../../format/digest.js'
 import { DEFAULT_CONTAINERD_ADDRESS, SNAPSHOTTER_NAME, snapshotterSocketPath } from '../../snapshotter/snapshotter-paths.js'
 import type { Command } from '../command.js'
-import { absolute } from '../daemon-client.js'
+import { absolute, daemonFor, storeParams } from '../daemon-client.js'
+import type { ContainerdPullResult } from '../../daemon/control-protocol.js'
 
 const USAGE = 'layerctl containerd pull (NAME:TAG | docker://HOST/REPO:TAG) [--address SOCK] [--namespace NS] [--name REF] [--tls-verify=false] | layerctl containerd config'
 
@@ -46,16 +49,22 @@ export const containerdCommand: Command = {
     if (!isDigest(image) && !image.startsWith('docker://')) parseRef(image)
     const tls = values['tls-verify'] as string | undefined
     if (tls !== undefined && tls !== 'true' && tls !== 'false') throw new UsageError(`--tls-verify takes true or false, got ${JSON.stringify(tls)}`)
-    // Loaded here: gRPC and the protos cost every other layerctl command ~0.1 s otherwise.
-    const { containerdPull } = await import('../../snapshotter/containerd-pull.js')
-    const r = await containerdPull({
-      image,
-      store: ctx.store(),
-      address: absolute((values.address as string | undefined) ?? process.env.CONTAINERD_ADDRESS ?? DEFAULT_CONTAINERD_ADDRESS),
-      namespace: (values.namespace as string | undefined) ?? process.env.CONTAINERD_NAMESPACE ?? 'default',
-      ...(values.name === undefined ? {} : { name: values.name as string }),
-      registry: { tlsVerify: tls !== 'false', env: process.env }
-    })
+    const address = absolute((values.address as string | undefined) ?? process.env.CONTAINERD_ADDRESS ?? DEFAULT_CONTAINERD_ADDRESS)
+    const namespace = (values.namespace as string | undefined) ?? process.env.CONTAINERD_NAMESPACE ?? 'default'
+    const name = values.name as string | undefined
+    let r: ContainerdPullResult
+    if (image.startsWith('docker://')) {
+      // A registry image: its manifest and config are read here, with the caller's registry credentials and TLS settings.
+      // Loaded here: gRPC and the protos cost every other layerctl command ~0.1 s otherwise.
+      const { containerdPull } = await import('../../snapshotter/containerd-pull.js')
+      r = await containerdPull({
+        image, store: ctx.store(), address, namespace, ...(name === undefined ? {} : { name }), registry: { tlsVerify: tls !== 'false', env: process.env }
+      })
+    } else {
+      // A layerd image: the daemon pulls it (its store is open and warm, containerd's protos are loaded).
+      if (tls !== undefined) throw new UsageError('--tls-verify is for a docker:// image; a layerd image is read from layerd\'s store')
+      r = await (await daemonFor(ctx)).call('containerdPull', { image, address, namespace, ...(name === undefined ? {} : { name }), ...storeParams(ctx) })
+    }
     ctx.out(ctx.json ? JSON.stringify(r) : `${r.name}: ${r.manifest}, ${r.layers} layer(s) served lazily by layerd (${r.remote} prepared, ${r.alreadyThere} already there) in ${(r.ms / 1000).toFixed(2)} s`)
     return 0
   }
