@@ -10,24 +10,15 @@
  * `LAYERD_CONTAINERD_API` overrides the directory that holds `github.com/…`
  * (for a containerd source checkout elsewhere).
  *
- * May import: src/errors.ts, @grpc/grpc-js, @grpc/proto-loader.
+ * May import: src/errors.ts, @grpc/grpc-js, @grpc/proto-loader, this folder.
  */
-import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import * as protoLoader from '@grpc/proto-loader'
 import { UnsupportedError } from '../errors.js'
+import { CONTAINERD_PROTOS, containerdApiRoot } from './containerd-api-root.js'
 
-const GOCODE_SRC = '/usr/share/gocode/src'
-const API_PREFIX = 'github.com/containerd/containerd/api'
-
-/** The API files layerd uses, relative to the include root. */
-export const CONTAINERD_PROTOS = {
-  snapshots: `${API_PREFIX}/services/snapshots/v1/snapshots.proto`,
-  content: `${API_PREFIX}/services/content/v1/content.proto`,
-  images: `${API_PREFIX}/services/images/v1/images.proto`,
-  leases: `${API_PREFIX}/services/leases/v1/leases.proto`
-} as const
+export { CONTAINERD_PROTOS, containerdApiRoot } from './containerd-api-root.js'
 
 export type ContainerdService = keyof typeof CONTAINERD_PROTOS
 
@@ -49,14 +40,6 @@ const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enu
 
 const loaded = new Map<ContainerdService, LoadedService>()
 
-/** The include root holding containerd's API, or throws UnsupportedError naming the package to install. Sync. */
-export function containerdApiRoot (env: NodeJS.ProcessEnv = process.env): string {
-  const root = env.LAYERD_CONTAINERD_API ?? GOCODE_SRC
-  if (!existsSync(join(root, CONTAINERD_PROTOS.snapshots))) {
-    throw new UnsupportedError(`containerd's API protos are not at ${join(root, API_PREFIX)}: install golang-github-containerd-containerd-dev (apt), or set LAYERD_CONTAINERD_API`)
-  }
-  return root
-}
 
 let packages: any
 

@@ -15,7 +15,8 @@ import type { NodeDb } from '../state/node-db.js'
 import { DaemonRemoteLayers } from './daemon-remote-layers.js'
 import { LayerdSnapshotter } from './layerd-snapshotter.js'
 import { ContainerdSnapshotTable } from '../state/containerd-snapshot-table.js'
-import { SnapshotsGrpcServer } from './snapshots-grpc-server.js'
+import { containerdApiRoot } from './containerd-api-root.js'
+import { LazyUnixServer } from './lazy-unix-server.js'
 
 /** The proxy plugin's name in containerd's config, and so the `--snapshotter` value. */
 import { snapshotterSocketPath } from './snapshotter-paths.js'
@@ -54,9 +55,14 @@ export async function startContainerdSnapshotter (d: ContainerdSnapshotterDeps):
     remote: new DaemonRemoteLayers(d.mounts, d.stores, d.store, d.log),
     log: d.log
   })
-  const server = new SnapshotsGrpcServer(snapshotter, d.log)
+  containerdApiRoot() // UnsupportedError now, without loading gRPC, when containerd's protos are missing
+  // grpc-js and the protos load when containerd first connects (issue 14: ~15 MB of an idle daemon).
+  const server = new LazyUnixServer(snapshotterSocketPath(d.home), async () => {
+    const { SnapshotsGrpcServer } = await import('./snapshots-grpc-server.js')
+    return new SnapshotsGrpcServer(snapshotter, d.log)
+  }, d.log)
   const remounted = await snapshotter.recover()
   if (remounted > 0) d.log(`snapshotter: ${remounted} remote snapshot(s) mounted again for their active snapshots`)
-  await server.listen(snapshotterSocketPath(d.home))
+  await server.listen()
   return { snapshotter, close: async () => { await server.close() } }
 }

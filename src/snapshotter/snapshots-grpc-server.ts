@@ -11,7 +11,7 @@
  *
  * May import: src/errors.ts, @grpc/grpc-js, this folder.
  */
-import { chmodSync, rmSync } from 'node:fs'
+import { chmodSync, renameSync, rmSync } from 'node:fs'
 import * as grpc from '@grpc/grpc-js'
 import { LayerdError, NotFoundError, describeError } from '../errors.js'
 import { containerdService } from './containerd-protos.js'
@@ -97,13 +97,17 @@ export class SnapshotsGrpcServer {
     })
   }
 
-  /** Listen on unix socket `path` (a stale socket file is replaced). Async. */
-  async listen (path: string): Promise<void> {
-    rmSync(path, { force: true })
+  /**
+   * Listen on unix socket `path` (a stale socket file is replaced). With `bindPath`, the socket is bound there and
+   * then renamed to `path`, replacing what is there at once (lazy-unix-server.ts). Async.
+   */
+  async listen (path: string, bindPath = path): Promise<void> {
+    rmSync(bindPath, { force: true })
     await new Promise<void>((resolve, reject) => {
-      this.#server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), err => { err === null ? resolve() : reject(err) })
+      this.#server.bindAsync(`unix://${bindPath}`, grpc.ServerCredentials.createInsecure(), err => { err === null ? resolve() : reject(err) })
     })
-    chmodSync(path, 0o600)
+    chmodSync(bindPath, 0o600)
+    if (bindPath !== path) renameSync(bindPath, path)
     this.#path = path
   }
 
