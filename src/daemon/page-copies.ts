@@ -27,6 +27,8 @@ import type { PageCopyStats } from './control-protocol.js'
 const openAsync = promisify(open)
 const fdatasyncAsync = promisify(fdatasync)
 const closeAsync = promisify(close)
+/** The page size the drops round to (x86-64, arm64 with 4 KiB pages). */
+const PAGE = 4096
 
 export interface PageCopyDropperOptions {
   /** True while copies should be dropped (the reclaimer is over its target). */
@@ -51,8 +53,10 @@ export class PageCopyDropper {
   readonly afterStoreRead = (path: string, fd: number, offset: number, length: number): void => {
     if (length === 0 || !this.#o.active()) return
     try {
-      // Exactly the range: what the kernel read ahead of it serves the next range (dropped by dropStoreReadahead()).
-      nativeMemory().fadviseDontNeed(fd, offset, length)
+      // The range's pages, rounded out (the kernel drops only whole pages in the range, and a chunk's range rarely
+      // starts or ends on one); what it read ahead serves the next range and is dropped by dropStoreReadahead().
+      const start = Math.floor(offset / PAGE) * PAGE
+      nativeMemory().fadviseDontNeed(fd, start, Math.ceil((offset + length) / PAGE) * PAGE - start)
       this.#storeFiles.add(path)
       this.stats.storeReadsDropped++
       this.stats.storeBytesDropped += length
