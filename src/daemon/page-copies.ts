@@ -10,8 +10,9 @@
  *     S3 store has none;
  *   - the chunk cache's copy: lmdb's pages that a commit wrote. They are
  *     dirty (the cache runs with noSync) and FADV_DONTNEED skips dirty pages,
- *     so after a commit the file is fdatasync'ed on a libuv worker, its pages
- *     unmapped from layerd's read-only map, and then dropped. One drop at a
+ *     so a commit is followed, 1 s later (hits on a chunk just written come
+ *     soon), by an fdatasync of the file on a libuv worker, its pages
+ *     unmapped from layerd's read-only map, and the drop. One drop at a
  *     time; commits during one ask for one more after it.
  * A chunk-cache hit after that reads the disk; hits are the mounts' page-cache
  * misses, which dropping these copies does not cause (bench/node-memory.ts
@@ -27,6 +28,8 @@ import type { PageCopyStats } from './control-protocol.js'
 const openAsync = promisify(open)
 const fdatasyncAsync = promisify(fdatasync)
 const closeAsync = promisify(close)
+const DEFAULT_DROP_DELAY_MS = 1000
+const delay = async (ms: number): Promise<void> => await new Promise(resolve => setTimeout(resolve, ms))
 /** The page size the drops round to (x86-64, arm64 with 4 KiB pages). */
 const PAGE = 4096
 
@@ -35,6 +38,8 @@ export interface PageCopyDropperOptions {
   active: () => boolean
   /** The chunk cache's data file (lmdb's data.mdb). */
   cacheFile: string
+  /** Wait after a commit before its pages are flushed and dropped. Default 1000 ms. */
+  dropDelayMs?: number
   log: (line: string) => void
 }
 
@@ -86,7 +91,8 @@ export class PageCopyDropper {
   readonly afterCacheCommit = (): void => {
     if (!this.#o.active()) return
     if (this.#dropping !== undefined) { this.#again = true; return }
-    this.#dropping = this.#dropCacheFile().finally(() => {
+    // After `dropDelayMs`: a chunk just written is often hit again at once (a chunk straddling two FUSE reads).
+    this.#dropping = delay(this.#o.dropDelayMs ?? DEFAULT_DROP_DELAY_MS).then(async () => await this.#dropCacheFile()).finally(() => {
       this.#dropping = undefined
       if (this.#again) { this.#again = false; this.afterCacheCommit() }
     })
