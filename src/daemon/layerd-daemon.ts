@@ -220,6 +220,7 @@ export class LayerdDaemon {
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
+      await this.#pageCopies?.idle() // a drop its last commits asked for: before the home's lock goes
       this.#db?.close()
       rmSync(socketPath(this.config.home), { force: true })
       this.#lock?.release()
