@@ -202,6 +202,14 @@ async function oneRun (work: string, storeUrl: string, build: Build, mode: Mode,
   return readings
 }
 
+/** DAEMON_NODE_FLAGS of the build at `root`, or [] for a build whose launcher has none. */
+async function baselineNodeFlags (root: string): Promise<string[]> {
+  const launcher = join(root, 'dist/src/daemon/daemon-launcher.js')
+  if (!existsSync(launcher)) return []
+  const mod = await import(launcher) as { DAEMON_NODE_FLAGS?: string[] }
+  return mod.DAEMON_NODE_FLAGS ?? []
+}
+
 async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
@@ -209,8 +217,8 @@ async function main (): Promise<void> {
   const command = `node dist/bench/daemon-memory.js --images ${IMAGES} --reps ${REPS}${BASELINE === '' ? '' : ` --baseline ${BASELINE}`}`
   console.error(`${command}\n  work dir ${work}`)
   const builds: Build[] = [{ label: 'this build', root: REPO_ROOT, nodeFlags: DAEMON_NODE_FLAGS }]
-  // A baseline from before issue 14 started layerd with no node flags.
-  if (BASELINE !== '') builds.unshift({ label: 'baseline', root: BASELINE, nodeFlags: [] })
+  // The node flags the baseline's own launcher uses; a build from before issue 14 had none.
+  if (BASELINE !== '') builds.unshift({ label: 'baseline', root: BASELINE, nodeFlags: await baselineNodeFlags(BASELINE) })
   const load = startLoadSampler()
   try {
     const storeUrl = `file://${join(work, 'store')}`

@@ -30,7 +30,7 @@
  * Needs root (cgroups, FUSE). Bench-only: may import anything.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
-import { closeSync, openSync, readFileSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs'
 import { mkdir, mkdtemp, readdir, rm, rmdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
@@ -68,6 +68,24 @@ const SAMPLE_MS = 100
 
 type Side = 'on' | 'off'
 
+/**
+ * The side's cgroup at its highest 10 Hz sample. v1 charges a page to the
+ * group of the task that first faulted it: the `daemon*` fields are the
+ * side's own group (layerd: its heap, lmdb's pages, the store's), the
+ * `sandbox*` fields its child groups (the sandboxes: the FUSE files' page
+ * cache, their processes' anonymous memory).
+ */
+interface PeakBreakdown {
+  usage: number
+  cache: number
+  rss: number
+  mappedFile: number
+  daemonCache: number
+  daemonRss: number
+  sandboxCache: number
+  sandboxRss: number
+}
+
 interface SideResult {
   side: Side
   rep: number
@@ -81,12 +99,24 @@ interface SideResult {
   chunkMisses: number
   reclaimPasses: number
   filesDropped: number
+  /** layerd's own page-cache copies dropped (src/daemon/page-copies.ts): the store's bytes, and flush-and-drops of the chunk cache file. */
+  storeBytesDropped: number
+  cacheFileDrops: number
   daemonPeakRssBytes: number
   /** The cgroup's memory.stat at the highest 10 Hz sample: where the peak is. */
-  atPeak: { usage: number, cache: number, rss: number, mappedFile: number }
+  atPeak: PeakBreakdown
   /** The cgroup's use once every task finished, and the chunk cache file's pages then in the page cache (fincore). */
   cgroupAtEndBytes: number
   cacheFileResidentBytes: number
+  /** Once a second: where the side's memory is (MB), to see what the peak is made of. */
+  timeline: Array<{ s: number, usage: number, daemonCache: number, sandboxCache: number, daemonRss: number, sandboxRss: number, mdb: number, store: number, hits: number, misses: number }>
+}
+
+/** Bytes of `files` in the page cache (fincore); 0 for none. */
+function residentBytes (files: string[]): number {
+  if (files.length === 0) return 0
+  const out = execFileSync('fincore', ['--bytes', '--noheadings', '--output', 'RES', ...files], { encoding: 'utf8' })
+  return out.split('\n').filter(l => l.trim() !== '').reduce((a, l) => a + Number(l.trim()), 0)
 }
 
 function meminfoUsed (): number {
@@ -130,18 +160,54 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
   const env = { ...process.env, LAYERD_HOME: home, LAYERD_STORE: storeUrl }
   const nodeUsedAtStartBytes = meminfoUsed()
   let peakNodeUsedBytes = nodeUsedAtStartBytes
-  let sampledPeak = { usage: 0, cache: 0, rss: 0, mappedFile: 0 }
+  let sampledPeak: PeakBreakdown = { usage: 0, cache: 0, rss: 0, mappedFile: 0, daemonCache: 0, daemonRss: 0, sandboxCache: 0, sandboxRss: 0 }
   const sampler = setInterval(() => {
     peakNodeUsedBytes = Math.max(peakNodeUsedBytes, meminfoUsed())
     const usage = Number(readFileSync(join(cgroupDir, 'memory.usage_in_bytes'), 'utf8'))
     if (usage > sampledPeak.usage) {
       const stat = readFileSync(join(cgroupDir, 'memory.stat'), 'utf8')
-      const field = (n: string): number => Number(new RegExp(`^total_${n} (\\d+)`, 'm').exec(stat)?.[1] ?? NaN)
-      sampledPeak = { usage, cache: field('cache'), rss: field('rss'), mappedFile: field('mapped_file') }
+      const field = (n: string): number => Number(new RegExp(`^${n} (\\d+)`, 'm').exec(stat)?.[1] ?? NaN)
+      const cache = field('total_cache')
+      const rss = field('total_rss')
+      sampledPeak = {
+        usage,
+        cache,
+        rss,
+        mappedFile: field('total_mapped_file'),
+        daemonCache: field('cache'),
+        daemonRss: field('rss'),
+        sandboxCache: cache - field('cache'),
+        sandboxRss: rss - field('rss')
+      }
     }
   }, SAMPLE_MS)
+  const storeFiles = (await readdir(storeDir, { withFileTypes: true, recursive: true })).filter(e => e.isFile()).map(e => join(e.parentPath, e.name))
+  const timeline: SideResult['timeline'] = []
+  const t0 = performance.now()
+  let counts = { hits: 0, misses: 0 }
+  let statsClient: ControlClient | undefined
+  const timelineTimer = setInterval(() => {
+    statsClient?.call('stats', {}).then(s => { const c = (s as { cache: { hits: number, misses: number } }).cache; counts = { hits: c.hits, misses: c.misses } }, () => {})
+    try {
+      const stat = readFileSync(join(cgroupDir, 'memory.stat'), 'utf8')
+      const field = (n: string): number => Number(new RegExp(`^${n} (\\d+)`, 'm').exec(stat)?.[1] ?? NaN) / MB
+      const mdbPath = join(home, 'cache', 'data.mdb')
+      timeline.push({
+        s: Math.round((performance.now() - t0) / 100) / 10,
+        usage: Number(readFileSync(join(cgroupDir, 'memory.usage_in_bytes'), 'utf8')) / MB,
+        daemonCache: field('cache'),
+        sandboxCache: field('total_cache') - field('cache'),
+        daemonRss: field('rss'),
+        sandboxRss: field('total_rss') - field('rss'),
+        mdb: existsSync(mdbPath) ? residentBytes([mdbPath]) / MB : 0,
+        store: residentBytes(storeFiles) / MB,
+        ...counts
+      })
+    } catch {}
+  }, 1000)
   const child = await startDaemon(home, cgroupDir, env, side)
   const client = await ControlClient.connect(socketPath(home))
+  statsClient = client
   let failedTasks = 0
   const started = performance.now()
   try {
@@ -161,6 +227,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
     await Promise.all(Array.from({ length: CONCURRENCY }, worker))
     const totalMs = performance.now() - started
     clearInterval(sampler)
+    clearInterval(timelineTimer)
     const stats = await client.call('stats', {}) as { cache: { hits: number, misses: number }, memory: DaemonMemoryResult }
     const cgroupNowBytes = Number(readFileSync(join(cgroupDir, 'memory.usage_in_bytes'), 'utf8'))
     const cacheFileResidentBytes = Number(execFileSync('fincore', ['--bytes', '--noheadings', '--output', 'RES', join(home, 'cache', 'data.mdb')], { encoding: 'utf8' }).trim())
@@ -178,15 +245,19 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
       chunkMisses: stats.cache.misses,
       reclaimPasses: stats.memory.reclaim?.passes ?? 0,
       filesDropped: stats.memory.reclaim?.filesDropped ?? 0,
+      storeBytesDropped: stats.memory.reclaim?.storeBytesDropped ?? 0,
+      cacheFileDrops: stats.memory.reclaim?.cacheFileDrops ?? 0,
       daemonPeakRssBytes: stats.memory.peakRssBytes,
       atPeak: sampledPeak,
       cgroupAtEndBytes: cgroupNowBytes,
-      cacheFileResidentBytes
+      cacheFileResidentBytes,
+      timeline
     }
     process.stderr.write(`  rep ${rep + 1} reclaim ${side}: peak ${fmt(peakCgroupBytes / MB, 1)} MB (cgroup), node used peak +${fmt((peakNodeUsedBytes - nodeUsedAtStartBytes) / MB, 1)} MB, ${fmt(totalMs / 1000, 2)} s, ${r.chunkReads} chunk reads, ${r.reclaimPasses} passes\n`)
     return r
   } finally {
     clearInterval(sampler)
+    clearInterval(timelineTimer)
     client.close()
     await stopDaemon(child)
     await rm(home, { recursive: true, force: true })
@@ -229,9 +300,15 @@ async function main (): Promise<void> {
         row('workload cgroup once all tasks finished (MB)', r => r.cgroupAtEndBytes, 1, MB),
         row('chunk cache file (data.mdb) in the page cache then (MB)', r => r.cacheFileResidentBytes, 1, MB),
         row('reclaim passes', r => r.reclaimPasses, 0),
-        row('files whose page cache was dropped', r => r.filesDropped, 0),
+        row('image files whose page cache was dropped', r => r.filesDropped, 0),
+        row('store reads\' pages dropped (MB)', r => r.storeBytesDropped, 1, MB),
+        row('chunk cache file flushed and dropped after commits (times)', r => r.cacheFileDrops, 0),
         row('at the highest 10 Hz sample: page cache (MB)', r => r.atPeak.cache, 1, MB),
         row('at the highest 10 Hz sample: anonymous (MB)', r => r.atPeak.rss, 1, MB),
+        row('… page cache charged to layerd (lmdb, store) (MB)', r => r.atPeak.daemonCache, 1, MB),
+        row('… page cache charged to the sandboxes (FUSE files) (MB)', r => r.atPeak.sandboxCache, 1, MB),
+        row('… layerd\'s anonymous memory (MB)', r => r.atPeak.daemonRss, 1, MB),
+        row('… the sandboxes\' anonymous memory (MB)', r => r.atPeak.sandboxRss, 1, MB),
         row('layerd VmHWM (MB)', r => r.daemonPeakRssBytes, 1, MB),
         row('failed tasks', r => r.failedTasks, 0)
       ]),

@@ -88,6 +88,8 @@ export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   decodedCacheBytes?: number
   /** While commits fail, the first wait before a probe write (write-health.ts). Default 1,000 ms. */
   writeProbeIntervalMs?: number
+  /** Called after each batch of new entries committed (the daemon drops lmdb's written pages from there while over its memory target). Sync. */
+  afterCommit?: () => void
 }
 
 /**
@@ -153,6 +155,7 @@ export class LmdbChunkCache extends BaseChunkCache {
   readonly #info: Database<unknown, string>
   readonly #buffer: WriteBuffer
   readonly #noSync: boolean
+  readonly #afterCommit: (() => void) | undefined
   readonly #log: (line: string) => void
   readonly #decoder: StoredChunkDecoder
   readonly #health: CacheWriteHealth
@@ -174,6 +177,7 @@ export class LmdbChunkCache extends BaseChunkCache {
     super(quota)
     this.location = dir
     this.#noSync = options.noSync ?? true
+    this.#afterCommit = options.afterCommit
     this.#log = options.log ?? (() => {})
     this.#decoder = new StoredChunkDecoder(options.decodedCacheBytes)
     this.#health = new CacheWriteHealth({
@@ -193,7 +197,11 @@ export class LmdbChunkCache extends BaseChunkCache {
       }
       // Before the first write that skips fsync: the marker must never be behind the data.
       writeMarker(dir, { state: 'open', noSync: this.#noSync, bootId, pid: process.pid })
-      this.#env = open({ path: dir, noSubdir: false, mapSize, maxDbs: 8, noSync: this.#noSync, noMemInit: true })
+      // noReadAhead (MADV_RANDOM on the map): a hit reads one value, and with the disk's readahead (8 MiB on this host's
+      // disk) one fault on a dropped page read megabytes around it, on the event loop (issue 14: bench/node-memory.ts).
+      // (lmdb-js reads noReadAhead, open.js's MDB_NORDAHEAD flag, but its typings leave it out.)
+      const options = { path: dir, noSubdir: false, mapSize, maxDbs: 8, noSync: this.#noSync, noMemInit: true, noReadAhead: true }
+      this.#env = open(options)
     } catch (err) {
       throw new CacheIoError(`cannot open chunk cache ${dir}: ${(err as Error).message}`, { cause: err })
     }
@@ -379,6 +387,7 @@ export class LmdbChunkCache extends BaseChunkCache {
     }
     writes.push(this.#info.put('usage', this.#persistedUsage()))
     await this.#commit(writes, `store ${batch.length} entries`)
+    this.#afterCommit?.()
   }
 
   /** A batch did not commit: its entries are not cached after all (the failure itself was logged and counted by #commit). */

@@ -171,7 +171,13 @@ export interface ReclaimStats {
   lastUsedBeforeBytes?: number
   lastUsedAfterBytes?: number
   lastReading?: { usedBytes: number, limitBytes: number, psiSomeAvg10: number | undefined }
+  /** layerd's own page-cache copies dropped while over the target (src/daemon/page-copies.ts). */
+  storeReadsDropped?: number
+  storeBytesDropped?: number
+  cacheFileDrops?: number
 }
+/** What src/daemon/page-copies.ts dropped (part of ReclaimStats). */
+export type PageCopyStats = Required<Pick<ReclaimStats, 'storeReadsDropped' | 'storeBytesDropped' | 'cacheFileDrops'>>
 /** `layerctl gc node`, the daemon's half (src/daemon/node-gc.ts). */
 export interface NodeGcResult {
   dryRun: boolean

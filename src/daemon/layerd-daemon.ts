@@ -34,6 +34,7 @@ import type { BlockViews } from './block-views.js'
 import { readDaemonMemory } from './memory-report.js'
 import { MemorySettler } from './memory-settler.js'
 import { MemoryReclaimer } from './memory-reclaimer.js'
+import { PageCopyDropper } from './page-copies.js'
 import { memoryGauge } from '../host/memory-pressure.js'
 import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
@@ -112,6 +113,7 @@ export class LayerdDaemon {
   #blockViews: Promise<BlockViews> | undefined
   #settler: MemorySettler | undefined
   #reclaimer: MemoryReclaimer | undefined
+  #pageCopies: PageCopyDropper | undefined
   #server: ControlServer | undefined
   #keeper: HeldConnections | undefined
   readonly #services: DaemonService[] = []
@@ -150,8 +152,11 @@ export class LayerdDaemon {
       this.#keeper = store === undefined ? undefined : HeldConnections.open(home, store, log)
       this.#db = openNodeDb(home)
       expectRejections(isLmdbCommitEcho)
-      this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
-      this.#stores = new StorePool(this.#cache, log)
+      // layerd's own copies of image data leave the page cache while the reclaimer is over its target (page-copies.ts).
+      const copies = new PageCopyDropper({ active: () => this.#reclaimer?.overTarget === true, cacheFile: join(home, 'cache', 'data.mdb'), log })
+      this.#pageCopies = copies
+      this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log, afterCommit: copies.afterCacheCommit })
+      this.#stores = new StorePool(this.#cache, log, { afterRead: copies.afterStoreRead })
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
         ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
       })
@@ -220,6 +225,7 @@ export class LayerdDaemon {
       await this.#mounts?.unmountAll()
       await this.#stores?.close()
       await this.#cache?.close()
+      await this.#pageCopies?.idle() // a drop its last commits asked for: before the home's lock goes
       this.#db?.close()
       rmSync(socketPath(this.config.home), { force: true })
       this.#lock?.release()
@@ -344,7 +350,7 @@ export class LayerdDaemon {
 
   /** The daemon's memory and its settler's counters (`stats`, `memory`). */
   #memory (): DaemonMemoryResult {
-    return { ...readDaemonMemory(), settle: { ...this.#settler!.stats }, ...(this.#reclaimer === undefined ? {} : { reclaim: { ...this.#reclaimer.stats } }) }
+    return { ...readDaemonMemory(), settle: { ...this.#settler!.stats }, ...(this.#reclaimer === undefined ? {} : { reclaim: { ...this.#reclaimer.stats, ...this.#pageCopies!.stats } }) }
   }
 
   /** The reclaimer for config.memoryTarget (undefined when off), with this daemon's settle and cache file. */
@@ -354,7 +360,7 @@ export class LayerdDaemon {
     const gauge = memoryGauge()
     const targetBytes = target === 'default' ? Math.floor(gauge.read().limitBytes / 2) : target
     this.config.log(`memory: reclaim above ${Math.round(targetBytes / 2 ** 20)} MiB (${gauge.source})`)
-    return new MemoryReclaimer({ gauge, targetBytes, settle: async () => await this.#settler!.settle(), cacheFiles: () => [cacheFile], log: this.config.log })
+    return new MemoryReclaimer({ gauge, targetBytes, settle: async () => { await this.#settler!.settle(); this.#pageCopies?.dropStoreReadahead() }, cacheFiles: () => [cacheFile], log: this.config.log })
   }
 
   /** The block views, their module (ext4 builder, push) loaded on first use. */

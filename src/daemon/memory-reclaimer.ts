@@ -2,29 +2,34 @@
  * MemoryReclaimer: proactive reclaim of the node's memory that layerd put
  * there, before the kernel has to. Every `intervalMs` it reads the memory
  * gauge (src/host/memory-pressure.ts: this process's cgroup, or the node,
- * page cache included) and PSI; when use is over `targetBytes`, or PSI says
- * tasks stalled on memory (`some avg10` ≥ `psiThreshold`), it runs one pass:
- *   1. the daemon's own memory: a settle (decoded-chunk LRU, read buffers,
- *      GC, malloc_trim), at most once per `settleEveryMs` (a settle blocks the
- *      event loop for a GC: 10–150 ms);
- *   2. the chunk cache file's page cache: its pages unmapped from the daemon
- *      (MADV_DONTNEED on lmdb's read-only map), then POSIX_FADV_DONTNEED on
- *      data.mdb. A hot read never touches it: it is served from the image
- *      file's page cache on the mount, so this costs only the mount's misses;
- *   3. the page cache of image files no sandbox has made the kernel read for
- *      `coldMs` (FUSE_NOTIFY_INVAL_INODE through our kernel FUSE server,
- *      src/fs/kernel-fuse.ts). The kernel sees a page-cache hit, we do not:
- *      a file read only from the page cache looks cold, loses its pages once
- *      per `coldMs`, and its next read is served from the chunk cache. That
- *      is the hit-rate cost bench/node-memory.ts measures.
+ * page cache included) and PSI. While use is over `targetBytes`:
+ *   - `overTarget` is true, and layerd drops its own page-cache copies of
+ *     image data as it makes them (page-copies.ts: the store's pages after a
+ *     read, lmdb's after a commit): a byte sandboxes read is then in memory
+ *     once, in the image file's page cache on the mount;
+ *   - it runs passes. A pass:
+ *     1. at most once per `settleEveryMs`, settles the daemon (decoded-chunk
+ *        LRU, read buffers, GC, malloc_trim; a settle blocks the event loop
+ *        for a GC: 10–150 ms) and drops the chunk cache file's page cache
+ *        (MADV_DONTNEED on lmdb's read-only map, then POSIX_FADV_DONTNEED on
+ *        data.mdb: the pages chunk-cache hits read back since);
+ *     2. only when PSI says tasks stalled on memory (`some avg10` ≥
+ *        `psiThreshold`), or when asked (`reclaim()`), drops the page cache
+ *        of image files no sandbox has made the kernel read for `coldMs`
+ *        (FUSE_NOTIFY_INVAL_INODE through our kernel FUSE server,
+ *        src/fs/kernel-fuse.ts). Over a mere target it does not: those pages
+ *        are the sandboxes' working set, and the kernel sees a page-cache hit
+ *        where we do not, so a file read only from the page cache looks cold;
+ *        dropping it at the target cost the sandboxes 1.4–2.3x the
+ *        page-cache misses in bench/node-memory.ts (src/daemon/README.md).
  *
  * What it does not do: sandboxes' own memory. Under cgroup v2 that would be
  * `memory.reclaim` on an idle sandbox's group; this host's memory controller
  * is v1, which has no proactive reclaim: `memory.force_empty` reclaims a
  * group's page cache but, with no swap, loops on its anonymous pages and
  * fails EBUSY, and lowering `memory.limit_in_bytes` reclaims the same page
- * cache and then OOM-kills or fails. Both only free page cache, which pass 3
- * already drops for image files (see src/daemon/README.md).
+ * cache and then OOM-kills or fails. Both only free page cache, which step 2
+ * drops for image files (see src/daemon/README.md).
  *
  * May import: src/host/, src/fs/ (kernel-fuse), node built-ins.
  */
@@ -64,6 +69,7 @@ export class MemoryReclaimer {
   readonly #timer: NodeJS.Timeout
   #running: Promise<void> | undefined
   #lastSettle = -Infinity
+  #overTarget = false
   readonly stats: ReclaimStats
 
   constructor (options: MemoryReclaimerOptions) {
@@ -85,28 +91,38 @@ export class MemoryReclaimer {
     return reading.usedBytes > this.#o.targetBytes || (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold
   }
 
+  /** True while the last reading was over the target: layerd's own page-cache copies are dropped as they are made (page-copies.ts). Sync. */
+  get overTarget (): boolean { return this.#overTarget }
+
   #check (): void {
     if (this.#running !== undefined) return
     const reading = this.#o.gauge.read()
     this.stats.lastReading = reading
-    if (this.underPressure(reading)) void this.reclaim()
+    this.#overTarget = reading.usedBytes > this.#o.targetBytes
+    // Image files' page cache only under a stall: over a mere target it is the sandboxes' working set, and dropping it costs them hot reads.
+    if (this.underPressure(reading)) void this.#start(this.#o.coldMs, false, (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold)
   }
 
-  /** One pass now (whatever the pressure). Concurrent calls share it. Never rejects (failures are logged). */
+  /** One pass now (whatever the pressure), image files included. Concurrent calls share it. Never rejects (failures are logged). */
   async reclaim (coldMs = this.#o.coldMs, settle = false): Promise<void> {
-    this.#running ??= this.#pass(coldMs, settle).finally(() => { this.#running = undefined })
+    await this.#start(coldMs, settle, true)
+  }
+
+  async #start (coldMs: number, settle: boolean, imageFiles: boolean): Promise<void> {
+    this.#running ??= this.#pass(coldMs, settle, imageFiles).finally(() => { this.#running = undefined })
     await this.#running
   }
 
-  async #pass (coldMs: number, settle: boolean): Promise<void> {
+  async #pass (coldMs: number, settle: boolean, imageFiles: boolean): Promise<void> {
     const started = performance.now()
     const before = this.#o.gauge.read().usedBytes
     if (settle || started - this.#lastSettle >= this.#o.settleEveryMs) {
       this.#lastSettle = started
       await this.#o.settle()
+      // With the settle (which unmapped lmdb's map from layerd): the pages chunk-cache hits read back since the last one.
+      for (const file of this.#o.cacheFiles()) dropFilePageCache(file, this.#o.log)
     }
-    for (const file of this.#o.cacheFiles()) dropFilePageCache(file, this.#o.log)
-    const dropped = await dropColdPageCache(coldMs)
+    const dropped = imageFiles ? await dropColdPageCache(coldMs) : { files: 0 }
     const s = this.stats
     s.passes++
     s.filesDropped += dropped.files

@@ -9,6 +9,7 @@ import { ChunkFetcher } from '../cache/chunk-fetcher.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { ObjectStore } from '../store/object-store.js'
 import { openStore } from '../store/open-store.js'
+import type { FsObjectStoreOptions } from '../store/fs-object-store.js'
 
 /**
  * A reader blocked in a FUSE read waits at most about this long for a store
@@ -25,9 +26,13 @@ export class StorePool {
   readonly #log: (line: string) => void
   readonly #stores = new Map<string, PooledStore>()
 
-  constructor (cache: ChunkCache, log: (line: string) => void) {
+  readonly #fs: FsObjectStoreOptions
+
+  /** `fs`: options for every file:// store opened (the daemon's afterRead hook). */
+  constructor (cache: ChunkCache, log: (line: string) => void, fs: FsObjectStoreOptions = {}) {
     this.#cache = cache
     this.#log = log
+    this.#fs = fs
   }
 
   /** The store at `loc`, opened on first use. Sync; throws UsageError for a bad URL. */
@@ -38,6 +43,7 @@ export class StorePool {
       const store = openStore(loc.store, {
         retry: { deadlineMs: READ_RETRY_DEADLINE_MS },
         metered: true,
+        fs: this.#fs,
         ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint })
       })
       pooled = { store, fetcher: new ChunkFetcher(store, this.#cache, { log: this.#log }) }

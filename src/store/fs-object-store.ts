@@ -35,6 +35,8 @@ export interface FsObjectStoreOptions {
   handleCacheSize?: number
   /** fsync file and directory on put (durability across power loss). Default true. */
   fsync?: boolean
+  /** Called after each getRange() read with the file's path and descriptor and the range read (the daemon drops those pages while over its memory target). Sync; must not throw. */
+  afterRead?: (path: string, fd: number, offset: number, length: number) => void
 }
 
 export const DEFAULT_HANDLE_CACHE_SIZE = 64
@@ -81,6 +83,7 @@ export class FsObjectStore implements ObjectStore {
   readonly root: string
   readonly #handles: FileHandleCache
   readonly #fsync: boolean
+  readonly #afterRead: ((path: string, fd: number, offset: number, length: number) => void) | undefined
   /** Directories known to exist, to skip mkdir on the push path. */
   readonly #madeDirs = new Set<string>()
   #closed = false
@@ -95,6 +98,7 @@ export class FsObjectStore implements ObjectStore {
     this.url = pathToFileURL(this.root).href
     this.#handles = new FileHandleCache(options.handleCacheSize ?? DEFAULT_HANDLE_CACHE_SIZE)
     this.#fsync = options.fsync ?? true
+    this.#afterRead = options.afterRead
   }
 
   async get (key: string): Promise<Buffer> {
@@ -122,6 +126,7 @@ export class FsObjectStore implements ObjectStore {
           if (bytesRead === 0) break
           got += bytesRead
         }
+        this.#afterRead?.(path, handle.fd, offset, got)
         return got
       })
     } catch (err) {

@@ -1,0 +1,77 @@
+/**
+ * PageCopyDropper on a real LmdbChunkCache and a real FsObjectStore (files
+ * on this disk; residency read with util-linux's fincore): while active,
+ * a store range read and a committed batch leave the page cache, and every
+ * byte still reads back; while inactive, nothing is dropped.
+ */
+import t, { type Test } from 'tap'
+import { createHash, randomBytes } from 'node:crypto'
+import { execFileSync } from 'node:child_process'
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { FsObjectStore } from '../store/fs-object-store.js'
+import { PageCopyDropper } from './page-copies.js'
+
+const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex')
+const MIB = 1024 * 1024
+
+/** Bytes of `file` in the page cache. */
+function resident (file: string): number {
+  return Number(execFileSync('fincore', ['--bytes', '--noheadings', '--output', 'RES', file], { encoding: 'utf8' }).trim())
+}
+
+/** Every file under `dir`, recursively. */
+function filesUnder (dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true, recursive: true }).filter(e => e.isFile()).map(e => join(e.parentPath, e.name))
+}
+
+async function setup (t: Test, active: boolean): Promise<{ dropper: PageCopyDropper, cache: LmdbChunkCache, store: FsObjectStore, storeDir: string, lines: string[] }> {
+  const dir = t.testdir()
+  const lines: string[] = []
+  const dropper = new PageCopyDropper({ active: () => active, cacheFile: join(dir, 'cache', 'data.mdb'), log: line => lines.push(line) })
+  const cache = LmdbChunkCache.open(join(dir, 'cache'), { writeDelayMs: 1, afterCommit: dropper.afterCacheCommit })
+  const store = new FsObjectStore(join(dir, 'store'), { afterRead: dropper.afterStoreRead }) // put fsyncs: clean pages, as a store's are
+  t.teardown(async () => { await dropper.idle(); await cache.close(); await store.close() })
+  return { dropper, cache, store, storeDir: join(dir, 'store'), lines }
+}
+
+t.test('`PageCopyDropper` drops a store range read and the chunk cache pages a commit wrote, and every byte reads back', async t => {
+  const { dropper, cache, store, storeDir, lines } = await setup(t, true)
+  const blob = randomBytes(8 * MIB)
+  await store.put('blobs/one', blob)
+  const [blobFile] = filesUnder(storeDir)
+  t.ok(resident(blobFile!) >= 4 * MIB, 'the blob just written is in the page cache')
+  // A range that starts and ends inside pages, as a chunk's does: its partial pages go too.
+  const [from, to] = [1000, 4 * MIB - 1000]
+  const range = await store.getRange('blobs/one', from, to - from)
+  t.ok(range.equals(blob.subarray(from, to)), 'the range reads back')
+  t.equal(resident(blobFile!), 4 * MIB, 'the range read is dropped, its first and last partial pages included; the file\'s second half stays')
+  dropper.dropStoreReadahead()
+  t.equal(resident(blobFile!), 0, 'dropStoreReadahead drops the rest of a file read')
+  t.equal(dropper.stats.storeBytesDropped, to - from)
+
+  const chunks = Array.from({ length: 64 }, () => randomBytes(64 * 1024))
+  for (const c of chunks) await cache.put(sha(c), c)
+  await cache.flushWrites()
+  await dropper.idle()
+  t.ok(dropper.stats.cacheFileDrops >= 1, 'a commit led to a drop')
+  t.ok(resident(cache.mapFile) < MIB, `data.mdb left the page cache (${resident(cache.mapFile)} bytes resident, 4 MiB written)`)
+  t.ok(chunks.every(c => cache.get(sha(c))?.equals(c) === true), 'every chunk reads back, byte for byte')
+  t.same(lines, [], 'nothing failed')
+})
+
+t.test('`PageCopyDropper` inactive drops nothing', async t => {
+  const { dropper, cache, store, storeDir } = await setup(t, false)
+  const blob = randomBytes(4 * MIB)
+  await store.put('blobs/one', blob)
+  const [blobFile] = filesUnder(storeDir)
+  await store.getRange('blobs/one', 0, 4 * MIB)
+  t.ok(resident(blobFile!) >= 4 * MIB, 'the store file stays in the page cache')
+  const chunks = Array.from({ length: 32 }, () => randomBytes(64 * 1024))
+  for (const c of chunks) await cache.put(sha(c), c)
+  await cache.flushWrites()
+  await dropper.idle()
+  t.ok(resident(cache.mapFile) >= MIB, 'data.mdb stays in the page cache')
+  t.same(dropper.stats, { storeReadsDropped: 0, storeBytesDropped: 0, cacheFileDrops: 0 })
+})

@@ -1,0 +1,121 @@
+/**
+ * PageCopyDropper: while layerd is over its memory target, the copies of
+ * image data that layerd itself put in the page cache leave it as soon as
+ * they are no longer needed, so a byte the sandboxes read is in memory once
+ * (the image file's page cache on the mount), not three times:
+ *   - the store's copy: a file:// store's range that the fetcher read once is
+ *     in the chunk cache from then on; its pages are dropped right after the
+ *     read (POSIX_FADV_DONTNEED on that range), and what the kernel read
+ *     ahead of it at the reclaimer's next settle (dropStoreReadahead()). An
+ *     S3 store has none;
+ *   - the chunk cache's copy: lmdb's pages that a commit wrote. They are
+ *     dirty (the cache runs with noSync) and FADV_DONTNEED skips dirty pages,
+ *     so a commit is followed, 1 s later (hits on a chunk just written come
+ *     soon), by an fdatasync of the file on a libuv worker, its pages
+ *     unmapped from layerd's read-only map, and the drop. One drop at a
+ *     time; commits during one ask for one more after it.
+ * A chunk-cache hit after that reads the disk; hits are the mounts' page-cache
+ * misses, which dropping these copies does not cause (bench/node-memory.ts
+ * counts them on both sides).
+ *
+ * May import: src/native.ts, control-protocol (types), node built-ins.
+ */
+import { close, closeSync, fdatasync, open, openSync } from 'node:fs'
+import { promisify } from 'node:util'
+import { nativeMemory } from '../native.js'
+import type { PageCopyStats } from './control-protocol.js'
+
+const openAsync = promisify(open)
+const fdatasyncAsync = promisify(fdatasync)
+const closeAsync = promisify(close)
+const DEFAULT_DROP_DELAY_MS = 500
+const delay = async (ms: number): Promise<void> => await new Promise(resolve => setTimeout(resolve, ms))
+/** The page size the drops round to (x86-64, arm64 with 4 KiB pages). */
+const PAGE = 4096
+
+export interface PageCopyDropperOptions {
+  /** True while copies should be dropped (the reclaimer is over its target). */
+  active: () => boolean
+  /** The chunk cache's data file (lmdb's data.mdb). */
+  cacheFile: string
+  /** Wait after a commit before its pages are flushed and dropped. Default 1000 ms. */
+  dropDelayMs?: number
+  log: (line: string) => void
+}
+
+export class PageCopyDropper {
+  readonly #o: PageCopyDropperOptions
+  #dropping: Promise<void> | undefined
+  #again = false
+  readonly #storeFiles = new Set<string>()
+  readonly stats: PageCopyStats = { storeReadsDropped: 0, storeBytesDropped: 0, cacheFileDrops: 0 }
+
+  constructor (options: PageCopyDropperOptions) {
+    this.#o = options
+  }
+
+  /** A file store read `length` bytes at `offset` of `path`, open as `fd` (FsObjectStoreOptions.afterRead). Sync; never throws. */
+  readonly afterStoreRead = (path: string, fd: number, offset: number, length: number): void => {
+    if (length === 0 || !this.#o.active()) return
+    try {
+      // The range's pages, rounded out (the kernel drops only whole pages in the range, and a chunk's range rarely
+      // starts or ends on one); what it read ahead serves the next range and is dropped by dropStoreReadahead().
+      const start = Math.floor(offset / PAGE) * PAGE
+      nativeMemory().fadviseDontNeed(fd, start, Math.ceil((offset + length) / PAGE) * PAGE - start)
+      this.#storeFiles.add(path)
+      this.stats.storeReadsDropped++
+      this.stats.storeBytesDropped += length
+    } catch (err) {
+      this.#o.log(`reclaim: cannot drop a store read's pages: ${(err as Error).message}`)
+    }
+  }
+
+  /** Drop all of the page cache of the store files read since the last call (the kernel's readahead past the ranges read). Sync; logs failures. */
+  dropStoreReadahead (): void {
+    const files = [...this.#storeFiles]
+    this.#storeFiles.clear()
+    for (const file of files) {
+      let fd: number | undefined
+      try {
+        fd = openSync(file, 'r')
+        nativeMemory().fadviseDontNeed(fd, 0, 0)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.#o.log(`reclaim: cannot drop the page cache of ${file}: ${(err as Error).message}`)
+      } finally {
+        if (fd !== undefined) closeSync(fd)
+      }
+    }
+  }
+
+  /** The chunk cache committed a batch of new entries (LmdbChunkCacheOptions.afterCommit). Sync; the drop runs in the background. */
+  readonly afterCacheCommit = (): void => {
+    if (!this.#o.active()) return
+    if (this.#dropping !== undefined) { this.#again = true; return }
+    // After `dropDelayMs`: a chunk just written is often hit again at once (a chunk straddling two FUSE reads).
+    this.#dropping = delay(this.#o.dropDelayMs ?? DEFAULT_DROP_DELAY_MS).then(async () => await this.#dropCacheFile()).finally(() => {
+      this.#dropping = undefined
+      if (this.#again) { this.#again = false; this.afterCacheCommit() }
+    })
+  }
+
+  /** Resolves once no drop is running (tests, shutdown). */
+  async idle (): Promise<void> {
+    while (this.#dropping !== undefined) await this.#dropping
+  }
+
+  async #dropCacheFile (): Promise<void> {
+    let fd: number | undefined
+    try {
+      fd = await openAsync(this.#o.cacheFile, 'r')
+      await fdatasyncAsync(fd)
+      const native = nativeMemory()
+      native.adviseMappedFile(this.#o.cacheFile, 'unmap')
+      native.fadviseDontNeed(fd, 0, 0)
+      this.stats.cacheFileDrops++
+    } catch (err) {
+      this.#o.log(`reclaim: cannot drop the page cache of ${this.#o.cacheFile}: ${(err as Error).message}`)
+    } finally {
+      if (fd !== undefined) await closeAsync(fd).catch(() => {})
+    }
+  }
+}
