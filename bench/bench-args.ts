@@ -63,6 +63,13 @@ export class BenchArgs {
     return n
   }
 
+  /** `--name` as one of `allowed`; a usage error naming them otherwise. */
+  choice<T extends string> (name: string, allowed: readonly T[]): T {
+    const v = this.string(name)
+    if (!(allowed as readonly string[]).includes(v)) this.fail(new UsageError(`${this.script}: --${name} must be ${allowed.join(' or ')}, got ${JSON.stringify(v)}`))
+    return v as T
+  }
+
   /** True when the boolean flag `--name` was given. */
   flag (name: string): boolean {
     this.#option(name)

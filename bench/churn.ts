@@ -22,7 +22,7 @@ import { layerdNode, LAYERCTL_ENTRY, run } from '../fixtures/layerd-harness.js'
 import { createSandbox } from '../src/sandbox/create-sandbox.js'
 import type { OciRuntimeName } from '../src/runtime/container/oci-runtime.js'
 import type { Tier } from '../src/runtime/sandbox.js'
-import { benchArgs, benchUsage, type BenchOptions } from './bench-args.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 import { fmt, markdownTable, quantile, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
 
 const SPEC = {
@@ -87,19 +87,11 @@ async function churn (one: () => Promise<void>, tier: Tier, cli: boolean, concur
 
 async function main (): Promise<void> {
   const a = benchArgs('churn', SPEC)
-  const tier = a.string('tier') as Tier
-  if (tier !== 'process' && tier !== 'container') {
-    process.stderr.write(`churn: --tier must be process or container, got ${JSON.stringify(tier)}\n${benchUsage('churn', SPEC)}\n`)
-    process.exit(2)
-  }
+  const tier = a.choice<Tier>('tier', ['process', 'container'])
   const seconds = a.number('seconds', { min: 1 })
   const levels = a.optString('concurrency') === undefined ? [1, 2, 4, 8, 16] : [a.number('concurrency', { min: 1 })]
   const cli = a.flag('cli')
-  const runtime = a.string('runtime') as OciRuntimeName
-  if (runtime !== 'runc' && runtime !== 'crun') {
-    process.stderr.write(`churn: --runtime must be runc or crun, got ${JSON.stringify(runtime)}\n${benchUsage('churn', SPEC)}\n`)
-    process.exit(2)
-  }
+  const runtime = a.choice<OciRuntimeName>('runtime', ['runc', 'crun'])
   const command = `node dist/bench/churn.js ${process.argv.slice(2).join(' ')}`.trim()
   const images = await ensureDebianImages()
   const work = await mkdtemp('/var/tmp/layerd-churn-')

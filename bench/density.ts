@@ -32,7 +32,7 @@ import { layerdNode } from '../fixtures/layerd-harness.js'
 import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { createSandbox, type ManagedSandbox } from '../src/sandbox/create-sandbox.js'
 import type { ExecResult, Tier } from '../src/runtime/sandbox.js'
-import { benchArgs, benchUsage, type BenchOptions } from './bench-args.js'
+import { benchArgs, type BenchOptions } from './bench-args.js'
 import { fmt, markdownTable, quantile, MIB, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
 
 const SPEC = {
@@ -112,11 +112,7 @@ function readyWatcher (): { stream: Writable, ready: Promise<void>, failed: (why
 
 async function main (): Promise<void> {
   const a = benchArgs('density', SPEC)
-  const tier = a.string('tier') as Tier
-  if (tier !== 'process' && tier !== 'container') {
-    process.stderr.write(`density: --tier must be process or container, got ${JSON.stringify(tier)}\n${benchUsage('density', SPEC)}\n`)
-    process.exit(2)
-  }
+  const tier = a.choice<Tier>('tier', ['process', 'container'])
   const count = a.number('count', { min: 1 })
   const concurrency = a.number('concurrency', { min: 1 })
   const minAvailableBytes = a.number('min-available', { min: 0 }) * MIB
