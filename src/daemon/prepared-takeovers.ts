@@ -66,19 +66,21 @@ export class PreparedTakeovers {
   static async prepare (records: readonly ConnectionRecord[], openStore: StoreOpener, log: (line: string) => void): Promise<PreparedTakeovers> {
     const started = performance.now()
     const stores = new Map<string, ObjectStore>()
-    const tocs = new Map<string, Promise<LayerToc>>()
+    /** By store and layer: a layer one store lacks may be in another. */
+    const tocs = new Map<string, { layer: string, toc: Promise<LayerToc> }>()
     const merged = new Map<string, MergedTree>()
     const prepared = new Map<string, Prepared>()
     const tocOf = (source: TreeSource, layer: string): Promise<LayerToc> => {
-      let toc = tocs.get(layer)
+      const key = `${source.store} ${source.s3Endpoint ?? ''}`
+      let toc = tocs.get(`${key}\n${layer}`)
       if (toc === undefined) {
-        const key = `${source.store} ${source.s3Endpoint ?? ''}`
         let store = stores.get(key)
         if (store === undefined) stores.set(key, store = openStore({ store: source.store, ...(source.s3Endpoint === undefined ? {} : { s3Endpoint: source.s3Endpoint }) }))
-        toc = getToc(store, layer as Digest)
-        tocs.set(layer, toc)
+        toc = { layer, toc: getToc(store, layer as Digest) }
+        toc.toc.catch(() => {}) // awaited by its record, which logs the failure
+        tocs.set(`${key}\n${layer}`, toc)
       }
-      return toc
+      return toc.toc
     }
     const mergeOf = (layers: string[], decoded: LayerToc[]): MergedTree => {
       const key = layers.join('\n')
@@ -113,7 +115,7 @@ export class PreparedTakeovers {
     }
     for (const store of stores.values()) await store.close().catch(() => {})
     const decoded = new Map<string, LayerToc>()
-    for (const [layer, toc] of tocs) {
+    for (const { layer, toc } of tocs.values()) {
       try { decoded.set(layer, await toc) } catch {} // a failed TOC was logged with its record
     }
     return new PreparedTakeovers(prepared, decoded, Math.round(performance.now() - started))
