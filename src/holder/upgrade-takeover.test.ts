@@ -5,17 +5,25 @@
  * copies, while 16 host readers and 4 process and container sandboxes
  * verify what they read with the page cache dropped: zero read errors,
  * zero wrong bytes, a new daemon each time, running the build it was
- * asked to.
+ * asked to, each of whose kept connections took the tree and table it built
+ * while the old one served; containerd's snapshotter socket accepts as soon
+ * as each restart returns; the serving daemon is back at the holder's
+ * priority and the warm standby runs nicer.
  */
 import t from 'tap'
 import { readFileSync } from 'node:fs'
+import { connect } from 'node:net'
 import { cp, mkdir, readdir, readFile, symlink } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { assertNothingNoticed, readThroughDisruptions } from '../../fixtures/takeover-workload.js'
 import { DAEMON_ENTRY } from '../daemon/daemon-launcher.js'
+import { snapshotterSocketPath } from '../snapshotter/snapshotter-paths.js'
+import { containerdApiRoot } from '../snapshotter/containerd-protos.js'
 
 const RESTARTS = 10
+/** layerd starts containerd's snapshotter where containerd's API protos are installed. */
+const SNAPSHOTTER_RUNS = (() => { try { containerdApiRoot(); return true } catch { return false } })()
 const dir = t.testdir()
 const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 
@@ -23,6 +31,15 @@ const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 function niceOf (pid: number, tid = pid): number {
   const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])
+}
+
+/** Whether a Unix socket accepts a connection now. Async. */
+async function connects (path: string): Promise<boolean> {
+  return await new Promise(resolve => {
+    const c = connect(path)
+    c.once('connect', () => { c.destroy(); resolve(true) })
+    c.once('error', () => resolve(false))
+  })
 }
 
 /** A second copy of this build (compiled code, native addon, package.json; node_modules linked): its layerd entry. */
@@ -42,6 +59,8 @@ t.test('layerctl daemon restart 10 times between two copies of the build mid-rea
     const entry = round % 2 === 0 ? other : DAEMON_ENTRY
     const res = await node.layerd.layerctl('daemon', 'restart', '--entry', entry, '--json')
     t.equal(res.code, 0, `restart ${round + 1}: ${res.stdout.trim()} ${res.stderr}`)
+    // The new layerd says it serves only once its services listen: ctr is never refused after a restart.
+    if (SNAPSHOTTER_RUNS) t.ok(await connects(snapshotterSocketPath(node.layerd.home)), `restart ${round + 1}: containerd's snapshotter socket accepts as soon as the restart returns`)
     entries.push(entry)
     return (JSON.parse(res.stdout) as { newPid: number }).newPid
   })
