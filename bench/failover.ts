@@ -38,6 +38,8 @@ import { VERIFYING_READER_PY, expectedFiles, lastReport, type ReaderReport } fro
 const PROBES = 4
 const SLOW_S = 0.01
 const READ_THROUGH_MS = 1_000
+/** Told to stop, a probe ends within one read; this long means a read hangs. */
+const PROBES_END_MS = 60_000
 
 const { values } = parseArgs({ options: { kills: { type: 'string', default: '20' }, restarts: { type: 'string', default: '20' } } })
 const kills = Number(values.kills)
@@ -49,6 +51,8 @@ function percentile (xs: number[], p: number): number {
 }
 
 const dir = await mkdtemp('/tmp/layerd-failover-')
+/** Set when reads hang: the node is then left as it is (removing it would hang on the mount too). */
+let readsHung = false
 try {
   const images = await ensureDebianImages()
   const storeDir = join(dir, 'store')
@@ -97,7 +101,19 @@ try {
   }
   await new Promise(resolve => setTimeout(resolve, READ_THROUGH_MS))
   await writeFile(stopFile, '')
-  const reports = await Promise.all(probes)
+  // A read that never ends is the worst failover outcome: say so instead of waiting for ever.
+  let hung: NodeJS.Timeout | undefined
+  const reports = await Promise.race([
+    Promise.all(probes),
+    new Promise<never>((_resolve, reject) => {
+      hung = setTimeout(() => {
+        readsHung = true
+        const message = `the probe readers did not finish within ${PROBES_END_MS / 1000} s of being told to stop: reads hang (requests waiting: /sys/fs/fuse/connections/*/waiting; layerd.log in ${node.home}, left in place)`
+        console.error(message)
+        reject(new Error(message))
+      }, PROBES_END_MS)
+    })
+  ]).finally(() => clearTimeout(hung))
   await node.stopDaemon()
   await copyFile(join(node.home, 'layerd.log'), '/tmp/layerd-failover.log').catch(() => {})
   // "start phases (ms since the process began): modules N, [takeover N,] lock N, open N, recover N, sweep N, listen N"
@@ -150,5 +166,5 @@ try {
   console.log(JSON.stringify(summary))
   console.log(`reproduce: node dist/bench/failover.js --kills ${kills} --restarts ${restarts}`)
 } finally {
-  await rm(dir, { recursive: true, force: true }).catch(() => {})
+  if (!readsHung) await rm(dir, { recursive: true, force: true }).catch(() => {})
 }
