@@ -171,9 +171,12 @@ export class LayerdDaemon {
       this.#lock.writePidFile()
       const started = performance.now()
       this.#keeper = store === undefined ? undefined : HeldConnections.open(home, store, log)
+      mark('fds')
       this.#db = openNodeDb(home)
+      mark('db')
       expectRejections(isLmdbCommitEcho)
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log })
+      mark('cache')
       this.#stores = new StorePool(this.#cache, log)
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
         ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...(prepared === undefined ? {} : { prepared })
