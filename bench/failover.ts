@@ -164,6 +164,8 @@ try {
   console.log(`start phases over ${Math.max(0, phaseLines.length - 1)} takeovers, ms (p50 / max; modules: ms since the process began; takeover: the warm standby's wait; the rest: each phase's own time): ` +
     Object.entries(phaseMs).map(([k, v]) => `${k} ${percentile(v, 50)} / ${Math.max(...v)}`).join(', '))
   console.log(JSON.stringify(summary))
+  // Per event, in order: what to look up in the log when a tail is high.
+  console.log(`per event (kind, s after the start, stall s): ${events.map(e => `${e.kind} ${(e.at - events[0]!.at).toFixed(1)} ${stall(e).toFixed(2)}`).join('; ')}`)
   console.log(`reproduce: node dist/bench/failover.js --kills ${kills} --restarts ${restarts}`)
 } finally {
   if (!readsHung) await rm(dir, { recursive: true, force: true }).catch(() => {})
