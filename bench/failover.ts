@@ -165,7 +165,7 @@ try {
     Object.entries(phaseMs).map(([k, v]) => `${k} ${percentile(v, 50)} / ${Math.max(...v)}`).join(', '))
   console.log(JSON.stringify(summary))
   // Per event, in order: what to look up in the log when a tail is high.
-  console.log(`per event (kind, s after the start, stall s): ${events.map(e => `${e.kind} ${(e.at - events[0]!.at).toFixed(1)} ${stall(e).toFixed(2)}`).join('; ')}`)
+  console.log(`per event (kind, s after the start, stall s): ${events.map(e => `${e.kind} ${(e.at - (events[0]?.at ?? e.at)).toFixed(1)} ${stall(e).toFixed(2)}`).join('; ')}`)
   console.log(`reproduce: node dist/bench/failover.js --kills ${kills} --restarts ${restarts}`)
 } finally {
   if (!readsHung) await rm(dir, { recursive: true, force: true }).catch(() => {})
