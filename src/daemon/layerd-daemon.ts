@@ -43,6 +43,7 @@ import { HeldConnections, readConnectionRecords } from '../holder/connection-kee
 import { PreparedTakeovers } from './prepared-takeovers.js'
 import { openStore } from '../store/open-store.js'
 import { setProcessNice } from '../host/thread-priority.js'
+import { mountedFsType } from '../fs/fuse-binding.js'
 
 export interface DaemonConfig {
   home: string
@@ -160,7 +161,9 @@ export class LayerdDaemon {
     } else if (store?.kind === 'holder') {
       // A planned restart starts this daemon while the old one still serves: build the kept connections' trees and tables now,
       // so that once the old one has gone only the attach is left; then say it has loaded, and wait for the old one to go.
-      prepared = await PreparedTakeovers.prepare(readConnectionRecords(home, log), loc => openStore(loc.store, { retry: { deadlineMs: PREPARE_RETRY_DEADLINE_MS }, ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint }) }), log)
+      prepared = await PreparedTakeovers.prepare(readConnectionRecords(home, log),
+        loc => openStore(loc.store, { retry: { deadlineMs: PREPARE_RETRY_DEADLINE_MS }, ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint }) }),
+        log, async mountpoint => (await mountedFsType(mountpoint))?.startsWith('fuse') === true)
       mark('prepare')
       try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
       this.#servePriority()

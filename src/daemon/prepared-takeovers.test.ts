@@ -1,7 +1,8 @@
 /**
  * PreparedTakeovers on a real store (the python image pushed to a file://
  * store): a record's tree and table are built from its TreeSource and handed
- * only to the mount of that mountpoint and those layers; a record whose
+ * only to the mount of that mountpoint and those layers, and only while that
+ * mountpoint is mounted; a record whose
  * digest is not the table this code builds, or whose TOCs cannot be read, is
  * logged and left to the usual path, never thrown.
  */
@@ -65,6 +66,25 @@ t.test('PreparedTakeovers.prepare builds merged and stack-top trees from the sto
   t.equal(prepared.taken, 2, 'two were taken')
   prepared.clear()
   t.equal(prepared.toc(layers[0]!), undefined, 'clear() drops them')
+})
+
+t.test('PreparedTakeovers.prepare skips records whose mountpoint is not mounted (after a reboot)', async t => {
+  const store = openStore(storeUrl)
+  t.teardown(() => store.close())
+  const image = await loadImage(store, ATTACK_IMAGE)
+  const layers = image.manifest.layers.map(l => l.digest)
+  const merged = mergeLayers(image.tocs)
+  const logged: string[] = []
+  const asked: string[] = []
+  const prepared = await PreparedTakeovers.prepare([
+    record('/m/gone', merged, { store: storeUrl, layers }),
+    record('/m/here', merged, { store: storeUrl, layers })
+  ], loc => openStore(loc.store), line => logged.push(line), async mp => { asked.push(mp); return mp === '/m/here' })
+  t.same(asked, ['/m/gone', '/m/here'], 'each mountpoint is looked up')
+  t.equal(prepared.count, 1, 'only the mounted one is prepared')
+  t.equal(prepared.take('/m/gone', layers), undefined, 'nothing for the one not mounted')
+  t.ok(prepared.take('/m/here', layers) !== undefined, 'the mounted one is there')
+  t.same(logged, [], 'nothing logged')
 })
 
 t.test('PreparedTakeovers.prepare logs and skips a record whose table differs or whose TOCs cannot be read', async t => {

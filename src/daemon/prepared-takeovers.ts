@@ -59,11 +59,13 @@ export class PreparedTakeovers {
   static none (): PreparedTakeovers { return new PreparedTakeovers(new Map(), new Map(), 0) }
 
   /**
-   * Build the tree and table of every record that names its source. Async;
-   * never rejects (failures are logged per record). Stores opened here are
-   * closed before it resolves.
+   * Build the tree and table of every record that names its source and
+   * whose mountpoint `isMounted` (after a reboot the records are still there,
+   * their mounts are not: nothing to take over). Async; never rejects
+   * (failures are logged per record). Stores opened here are closed before it resolves.
    */
-  static async prepare (records: readonly ConnectionRecord[], openStore: StoreOpener, log: (line: string) => void): Promise<PreparedTakeovers> {
+  static async prepare (records: readonly ConnectionRecord[], openStore: StoreOpener, log: (line: string) => void,
+    isMounted: (mountpoint: string) => Promise<boolean> = async () => true): Promise<PreparedTakeovers> {
     const started = performance.now()
     const stores = new Map<string, ObjectStore>()
     /** By store and layer: a layer one store lacks may be in another. */
@@ -90,7 +92,7 @@ export class PreparedTakeovers {
     }
     for (const record of records) {
       const source = record.source
-      if (source === undefined) continue
+      if (source === undefined || !(await isMounted(record.mountpoint).catch(() => false))) continue
       try {
         const layerTocs = await Promise.all(source.layers.map(l => tocOf(source, l)))
         let tree: MergedTree
