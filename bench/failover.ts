@@ -38,6 +38,8 @@ import { VERIFYING_READER_PY, expectedFiles, lastReport, type ReaderReport } fro
 const PROBES = 4
 const SLOW_S = 0.01
 const READ_THROUGH_MS = 1_000
+/** Told to stop, a probe ends within one read; this long means a read hangs. */
+const PROBES_END_MS = 60_000
 
 const { values } = parseArgs({ options: { kills: { type: 'string', default: '20' }, restarts: { type: 'string', default: '20' } } })
 const kills = Number(values.kills)
@@ -49,6 +51,8 @@ function percentile (xs: number[], p: number): number {
 }
 
 const dir = await mkdtemp('/tmp/layerd-failover-')
+/** Set when reads hang: the node is then left as it is (removing it would hang on the mount too). */
+let readsHung = false
 try {
   const images = await ensureDebianImages()
   const storeDir = join(dir, 'store')
@@ -97,7 +101,19 @@ try {
   }
   await new Promise(resolve => setTimeout(resolve, READ_THROUGH_MS))
   await writeFile(stopFile, '')
-  const reports = await Promise.all(probes)
+  // A read that never ends is the worst failover outcome: say so instead of waiting for ever.
+  let hung: NodeJS.Timeout | undefined
+  const reports = await Promise.race([
+    Promise.all(probes),
+    new Promise<never>((_resolve, reject) => {
+      hung = setTimeout(() => {
+        readsHung = true
+        const message = `the probe readers did not finish within ${PROBES_END_MS / 1000} s of being told to stop: reads hang (requests waiting: /sys/fs/fuse/connections/*/waiting; layerd.log in ${node.home}, left in place)`
+        console.error(message)
+        reject(new Error(message))
+      }, PROBES_END_MS)
+    })
+  ]).finally(() => clearTimeout(hung))
   await node.stopDaemon()
   await copyFile(join(node.home, 'layerd.log'), '/tmp/layerd-failover.log').catch(() => {})
   // "start phases (ms since the process began): modules N, [takeover N,] lock N, open N, recover N, sweep N, listen N"
@@ -115,23 +131,42 @@ try {
   const wrong = reports.flatMap(r => r.wrong)
   const slow = reports.flatMap(r => r.slow)
   const stall = (e: { at: number, servedAt: number }): number => Math.max(SLOW_S, ...slow.filter(([end, s]) => end - s <= e.servedAt && end >= e.at).map(([, s]) => s))
+  // The same measure over a quiet stretch (the second of reads before each event, its edges left out): what the machine's load alone costs a read.
+  const quiet = events.map(e => stall({ at: e.at - READ_THROUGH_MS / 1000 + 0.1, servedAt: e.at - 0.05 }))
   const rows: string[] = []
   const summary: Record<string, { n: number, p50: number, p99: number, max: number }> = {}
+  const rowOf = (label: string, xs: number[], target?: number): string => {
+    const max = Math.max(...xs)
+    return `| ${label} | ${xs.length} | ${percentile(xs, 50).toFixed(2)} | ${percentile(xs, 99).toFixed(2)} | ${max.toFixed(2)} | ${target === undefined ? '' : `≤ ${target} s ${max <= target ? '✓' : '✗'}`} |`
+  }
   for (const kind of ['crash', 'restart'] as const) {
     const stalls = events.filter(e => e.kind === kind).map(e => stall(e))
     if (stalls.length === 0) continue
     summary[kind] = { n: stalls.length, p50: percentile(stalls, 50), p99: percentile(stalls, 99), max: Math.max(...stalls) }
-    const s = summary[kind]!
-    const target = kind === 'crash' ? 2 : 0.5
-    rows.push(`| ${kind === 'crash' ? 'SIGKILL (holder restarts layerd)' : '`layerctl daemon restart`'} | ${s.n} | ${s.p50.toFixed(2)} | ${s.p99.toFixed(2)} | ${s.max.toFixed(2)} | ≤ ${target} s ${s.max <= target ? '✓' : '✗'} |`)
+    rows.push(rowOf(kind === 'crash' ? 'SIGKILL (holder restarts layerd)' : '`layerctl daemon restart`', stalls, kind === 'crash' ? 2 : 0.5))
+  }
+  rows.push(rowOf('no event (the quiet second before each)', quiet))
+  summary.quiet = { n: quiet.length, p50: percentile(quiet, 50), p99: percentile(quiet, 99), max: Math.max(...quiet) }
+  // Unserved windows from the log: the old daemon gone (the holder's exit line) to the new one's connections attached ("recovered …").
+  const logLines = (await readFile('/tmp/layerd-failover.log', 'utf8').catch(() => '')).split('\n')
+  const unserved: Record<'crash' | 'restart', number[]> = { crash: [], restart: [] }
+  let gone: { kind: 'crash' | 'restart', at: number } | undefined
+  for (const line of logLines) {
+    const at = Date.parse(line.slice(0, 24))
+    if (/holder: layerd \d+ (was killed by SIGKILL|exited with code 6)/.test(line)) gone = { kind: line.includes('SIGKILL') ? 'crash' : 'restart', at }
+    else if (gone !== undefined && line.includes(' recovered ')) { unserved[gone.kind].push(at - gone.at); gone = undefined }
   }
   console.log(`reads: ${reports.reduce((n, r) => n + r.reads, 0)}, errors: ${errors.length}, wrong bytes: ${wrong.length}${errors.length > 0 ? `\n${errors.slice(0, 5).join('\n')}` : ''}`)
   console.log('| event | n | p50 s | p99 s | max s | target |\n|---|--:|--:|--:|--:|---|\n' + rows.join('\n'))
+  console.log(`connections unserved (the old layerd gone to the new one's attached, from layerd.log), ms p50 / max: ` +
+    (['crash', 'restart'] as const).filter(k => unserved[k].length > 0).map(k => `${k} ${percentile(unserved[k], 50)} / ${Math.max(...unserved[k])} (n ${unserved[k].length})`).join(', '))
   console.log(memory)
   console.log(`start phases over ${Math.max(0, phaseLines.length - 1)} takeovers, ms (p50 / max; modules: ms since the process began; takeover: the warm standby's wait; the rest: each phase's own time): ` +
     Object.entries(phaseMs).map(([k, v]) => `${k} ${percentile(v, 50)} / ${Math.max(...v)}`).join(', '))
   console.log(JSON.stringify(summary))
+  // Per event, in order: what to look up in the log when a tail is high.
+  console.log(`per event (kind, s after the start, stall s): ${events.map(e => `${e.kind} ${(e.at - (events[0]?.at ?? e.at)).toFixed(1)} ${stall(e).toFixed(2)}`).join('; ')}`)
   console.log(`reproduce: node dist/bench/failover.js --kills ${kills} --restarts ${restarts}`)
 } finally {
-  await rm(dir, { recursive: true, force: true }).catch(() => {})
+  if (!readsHung) await rm(dir, { recursive: true, force: true }).catch(() => {})
 }

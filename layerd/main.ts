@@ -29,9 +29,9 @@ import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
 import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
-import { containerdSnapshotterService } from '../src/snapshotter/containerd-snapshotter.js'
+import { containerdSnapshotterService, preloadContainerdSnapshotter } from '../src/snapshotter/containerd-snapshotter.js'
 import { nativeMemory } from '../src/native.js'
-import { HOLDER_STANDBY_ENV } from '../src/holder/fd-store-protocol.js'
+import { HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV } from '../src/holder/fd-store-protocol.js'
 
 /** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
 const MALLOC_ARENAS = 2
@@ -104,7 +104,9 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.USAGE
   }
   const warmStandby = process.env[HOLDER_STANDBY_ENV] === '1'
+  const serveNice = process.env[HOLDER_SERVE_NICE_ENV] === undefined ? undefined : Number(process.env[HOLDER_SERVE_NICE_ENV])
   delete process.env[HOLDER_STANDBY_ENV] // not for the sandboxes and tools this daemon starts
+  delete process.env[HOLDER_SERVE_NICE_ENV]
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
   try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
@@ -114,11 +116,13 @@ async function main (): Promise<number> {
     restoreMounts: values['no-restore'] !== true,
     memoryTarget,
     warmStandby,
+    ...(serveNice === undefined || !Number.isInteger(serveNice) ? {} : { serveNice }),
     mounts: { stacks: settings.stacks, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
     log,
     ...(metricsAddr === undefined ? {} : { metricsAddr }),
     sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),
     services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
+    preload: [preloadContainerdSnapshotter],
     sweepAtStart: async (db, log) => {
       // The sandbox runtimes' code is loaded only when there is something to clean.
       if (!new SandboxRegistry(db).list().some(r => SandboxRegistry.status(r) === 'orphaned')) return

@@ -2,6 +2,7 @@ import t from 'tap'
 import { open } from 'lmdb'
 import { Compressor } from 'zstd-napi'
 import { spawnSync } from 'node:child_process'
+import { statSync } from 'node:fs'
 import { join } from 'node:path'
 import { UnsupportedError } from '../errors.js'
 import { sha256Hex } from '../format/digest.js'
@@ -9,7 +10,7 @@ import {
   makeChunk, makeMeta, runChunkCacheConformance, runPersistenceConformance, tickingClock, waitFor, type CacheFactory
 } from './chunk-cache.conformance.js'
 import { LmdbChunkCache } from './lmdb-chunk-cache.js'
-import { currentBootId, readMarker, writeMarker, type ShutdownMarker } from './shutdown-marker.js'
+import { MARKER_FILE, currentBootId, readMarker, writeMarker, type ShutdownMarker } from './shutdown-marker.js'
 
 const factory: CacheFactory = (tt, options = {}) => {
   const dir = join(tt.testdir(), 'cache')
@@ -188,9 +189,12 @@ t.test('LmdbChunkCache keeps what a killed process committed (noSync, same boot)
   `
   const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' })
   t.equal(child.signal, 'SIGKILL', `child killed (stderr: ${child.stderr.slice(0, 300)})`)
+  const markerBefore = statSync(join(dir, MARKER_FILE)).ino
   const logs: string[] = []
   const cache = LmdbChunkCache.open(dir, { maintenanceIntervalMs: 0, log: line => logs.push(line) })
   t.teardown(() => cache.close())
+  t.equal(statSync(join(dir, MARKER_FILE)).ino, markerBefore, 'the marker already says open in this boot: not rewritten (no fsyncs while a takeover waits)')
+  t.equal(readMarker(dir)?.state, 'open', '… and still says open')
   const chunk = (i: number): Buffer => Buffer.alloc(3000 + i * 101, i)
   const digest = (b: Buffer): string => sha256Hex(b)
   t.same(logs, [], 'nothing discarded')

@@ -190,13 +190,18 @@ export class LmdbChunkCache extends BaseChunkCache {
     try {
       mkdirSync(dir, { recursive: true, mode: 0o700 })
       const bootId = currentBootId()
-      const distrust = distrustReason(readMarker(dir), bootId)
+      const previous = readMarker(dir)
+      const distrust = distrustReason(previous, bootId)
       if (distrust !== undefined) {
         this.#log(`chunk cache ${dir}: discarding its contents: ${distrust}`)
         for (const f of LMDB_FILES) rmSync(join(dir, f), { force: true })
       }
-      // Before the first write that skips fsync: the marker must never be behind the data.
-      writeMarker(dir, { state: 'open', noSync: this.#noSync, bootId, pid: process.pid })
+      // Before the first write that skips fsync: the marker must never be behind the data. A daemon taking over from
+      // one that died or handed over in this boot finds it saying so already (durably; only its pid, for messages,
+      // names that earlier writer): no rewrite, so no two fsyncs while the taken-over mounts wait (issue 19).
+      const alreadyOpen = distrust === undefined && previous?.state === 'open' && previous.syncFailed !== true &&
+        previous.noSync === this.#noSync && bootId !== '' && previous.bootId === bootId
+      if (!alreadyOpen) writeMarker(dir, { state: 'open', noSync: this.#noSync, bootId, pid: process.pid })
       // noReadAhead (MADV_RANDOM on the map): a hit reads one value, and with the disk's readahead (8 MiB on this host's
       // disk) one fault on a dropped page read megabytes around it, on the event loop (issue 14: bench/node-memory.ts).
       // (lmdb-js reads noReadAhead, open.js's MDB_NORDAHEAD flag, but its typings leave it out.)

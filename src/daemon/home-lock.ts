@@ -23,7 +23,8 @@ import { flock, LOCK_EX, LOCK_NB, LOCK_UN } from '../native.js'
 import { pidFilePath, readDaemonPid } from './control-protocol.js'
 
 export const LOCK_FILE_NAME = 'layerd.lock'
-const LOCK_POLL_MS = 20
+/** A waiting start polls this often: a planned restart's readers stall from the old daemon's exit until the new one has the lock (issue 19). */
+const LOCK_POLL_MS = 2
 
 export const lockFilePath = (home: string): string => join(home, LOCK_FILE_NAME)
 

@@ -33,6 +33,7 @@ import { BlobNeighbours } from './blob-neighbours.js'
 import { MountChunkReader } from './mount-chunk-reader.js'
 import type { SharedTocs } from './shared-tocs.js'
 import type { ConnectionKeeper } from '../fs/kernel-fuse-keeper.js'
+import type { PreparedTakeovers } from './prepared-takeovers.js'
 
 /** Overlay options for a read-only stack: nothing below may redirect lookups; no index, no xino (inode numbers of the FUSE layers are small). */
 const STACK_OVERLAY_OPTIONS = 'redirect_dir=off,index=off,metacopy=off,xino=off'
@@ -58,18 +59,20 @@ export class ImageStacks {
     /** Keeps the bases' FUSE connections across daemon restarts, and hands over kept ones. */
     private readonly keeper?: ConnectionKeeper,
     /** Who serves the base mounts; default: the kernel backend when it can. */
-    private readonly fuseBackend?: FuseBackend
+    private readonly fuseBackend?: FuseBackend,
+    /** Trees built ahead for a takeover (a planned restart). */
+    private readonly prepared?: () => PreparedTakeovers
   ) {}
 
   /** The base of `layers` (decoded as `tocs`), mounted on first use; each call needs one release(). Async. */
-  async acquireBase (layers: Digest[], tocs: readonly LayerToc[], fetcher: ChunkFetcher, storeName: string): Promise<BaseMount> {
+  async acquireBase (layers: Digest[], tocs: readonly LayerToc[], fetcher: ChunkFetcher, storeName: string, loc: { store: string, s3Endpoint?: string }): Promise<BaseMount> {
     const key = sha256Hex(Buffer.from(layers.join('\n'))).slice(0, 32)
     let entry = this.#bases.get(key)
     if (entry === undefined) {
       const pins = layers.map(l => layerKey(digestHex(l)))
       this.cache.pin(pins)
       const shared = this.tocs.acquire(layers, tocs)
-      const ready = this.#mountBase(key, shared, fetcher, storeName)
+      const ready = this.#mountBase(key, layers, shared, fetcher, storeName, loc)
       entry = { users: 0, ready, layers, pins }
       this.#bases.set(key, entry)
       ready.catch(() => {
@@ -103,7 +106,7 @@ export class ImageStacks {
     }
   }
 
-  async #mountBase (key: string, tocs: LayerToc[], fetcher: ChunkFetcher, storeName: string): Promise<BaseMount> {
+  async #mountBase (key: string, layers: Digest[], tocs: LayerToc[], fetcher: ChunkFetcher, storeName: string, loc: { store: string, s3Endpoint?: string }): Promise<BaseMount> {
     const mountpoint = join(this.sharedDir, `base-${key}`)
     let neighbours: BlobNeighbours | undefined
     const reader = new MountChunkReader(fetcher, storeName, {
@@ -111,8 +114,12 @@ export class ImageStacks {
       neighbours: () => (neighbours ??= new BlobNeighbours(tocs)),
       isCached: digest => this.cache.has(digest)
     })
-    const tree = mergeLayers(tocs)
-    const mount = await mountImage({ mountpoint, tocs, tree, reader, log: this.log, ...(this.keeper === undefined ? {} : { keeper: this.keeper }), ...fuseOptions(this.fuseBackend) })
+    const prepared = this.prepared?.().take(mountpoint, layers)
+    const tree = prepared?.tree ?? mergeLayers(tocs)
+    const source = { ...loc, layers }
+    const mount = await mountImage({
+      mountpoint, tocs, tree, reader, log: this.log, source, ...(prepared === undefined ? {} : { prepared }), ...(this.keeper === undefined ? {} : { keeper: this.keeper }), ...fuseOptions(this.fuseBackend)
+    })
     return { key, mountpoint, tree, mount, reader }
   }
 }

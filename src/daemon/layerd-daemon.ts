@@ -40,7 +40,11 @@ import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool, type StoreLocation } from './store-pool.js'
 import { collectNode } from './node-gc.js'
 import { MAX_SANDBOX_TIERS, observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
-import { HeldConnections } from '../holder/connection-keeper.js'
+import { HeldConnections, readConnectionRecords } from '../holder/connection-keeper.js'
+import { PreparedTakeovers } from './prepared-takeovers.js'
+import { openStore } from '../store/open-store.js'
+import { setProcessNice } from '../host/thread-priority.js'
+import { mountedFsType } from '../fs/fuse-binding.js'
 
 export interface DaemonConfig {
   home: string
@@ -59,6 +63,11 @@ export interface DaemonConfig {
   memoryTarget?: number | 'default' | null
   /** Started by the holder as a warm standby (HOLDER_STANDBY_ENV): wait, loaded, until told to take over. */
   warmStandby?: boolean
+  /**
+   * The nice value to serve at, when the holder started this daemon niced to prepare
+   * (HOLDER_SERVE_NICE_ENV): every thread goes back to it when the daemon takes over.
+   */
+  serveNice?: number
   /** How long start() waits for the home's lock (a daemon handing over or stopping); default 0. */
   lockWaitMs?: number
   /**
@@ -69,12 +78,21 @@ export interface DaemonConfig {
    */
   sweepAtStart?: (db: NodeDb, log: (line: string) => void) => Promise<void>
   /**
-   * Servers started once the control socket listens, stopped first on stop
+   * Servers started before the control socket listens (and before the holder
+   * hears that the daemon serves), stopped first on stop
    * (layerd/main.ts passes containerd's snapshotter, src/snapshotter/, which
    * stands on the daemon's mounts). A service that fails to start stops the
    * daemon's start.
    */
   services?: Array<(parts: DaemonParts) => Promise<DaemonService>>
+  /**
+   * The services' code loading, run first in start(), before the daemon holds
+   * anything: a warm standby or a planned restart's new daemon does it while
+   * another daemon serves, so the reads it takes over never queue behind it
+   * (layerd/main.ts: containerd's protos). A daemon that takes nothing over (a fresh start) skips it, so its
+   * services load on first use. A failure is logged; the service's start then reports it.
+   */
+  preload?: Array<() => Promise<void>>
   /** `HOST:PORT` to serve Prometheus metrics on (src/metrics/); off when undefined. */
   metricsAddr?: string
   /** Sandboxes on the node by tier and state, for `layerd_sandboxes` (layerd/main.ts passes src/runtime's registry). */
@@ -103,6 +121,8 @@ export { AlreadyRunningError }
 
 /** Under a holder, how long a new daemon waits for the one handing over to release the home's lock. */
 export const HANDOVER_LOCK_WAIT_MS = 30_000
+/** A planned restart's reads of TOCs from the store, before it takes over, give up after this (the takeover then builds them). */
+const PREPARE_RETRY_DEADLINE_MS = 5_000
 
 export class LayerdDaemon {
   readonly config: DaemonConfig
@@ -134,15 +154,32 @@ export class LayerdDaemon {
     const phases: string[] = [`modules ${Math.round(performance.now())}`]
     const mark = (name: string): void => { phases.push(`${name} ${Math.round(performance.now())}`) }
     ensureHomeDir(home)
+    const preload = async (): Promise<void> => {
+      for (const load of this.config.preload ?? []) {
+        try { await load() } catch (err) { log(`preloading a service: ${(err as Error).message}`) }
+      }
+      mark('preload')
+    }
     const store = HeldConnections.storeFromEnv(log)
+    let prepared: PreparedTakeovers | undefined
     if (store?.kind === 'holder' && this.config.warmStandby === true) {
+      await preload()
       // A warm standby: loaded, holding nothing (no lock, no fd), until the holder says the serving daemon is gone or hands over.
       // If the holder dies meanwhile, this throws: nothing would keep the connections, so this daemon must not serve.
       store.standby(true)
+      this.#servePriority()
       mark('takeover')
     } else if (store?.kind === 'holder') {
-      // A planned restart starts this daemon while the old one still serves: say it has loaded, then wait for the old one to go.
+      // A planned restart starts this daemon while the old one still serves: build the kept connections' trees and tables now,
+      // so that once the old one has gone only the attach is left; then say it has loaded, and wait for the old one to go.
+      const records = readConnectionRecords(home, log)
+      if (records.length > 0) await preload()
+      prepared = await PreparedTakeovers.prepare(records,
+        loc => openStore(loc.store, { retry: { deadlineMs: PREPARE_RETRY_DEADLINE_MS }, ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint }) }),
+        log, async mountpoint => (await mountedFsType(mountpoint))?.startsWith('fuse') === true)
+      mark('prepare')
       try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
+      this.#servePriority()
     }
     this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? (store?.kind === 'holder' ? HANDOVER_LOCK_WAIT_MS : 0))
     mark('lock')
@@ -150,15 +187,18 @@ export class LayerdDaemon {
       this.#lock.writePidFile()
       const started = performance.now()
       this.#keeper = store === undefined ? undefined : HeldConnections.open(home, store, log)
+      mark('fds')
       this.#db = openNodeDb(home)
+      mark('db')
       expectRejections(isLmdbCommitEcho)
       // layerd's own copies of image data leave the page cache while the reclaimer is over its target (page-copies.ts).
       const copies = new PageCopyDropper({ active: () => this.#reclaimer?.overTarget === true, cacheFile: join(home, 'cache', 'data.mdb'), log })
       this.#pageCopies = copies
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log, afterCommit: copies.afterCacheCommit })
+      mark('cache')
       this.#stores = new StorePool(this.#cache, log, { afterRead: copies.afterStoreRead })
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
-        ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper })
+        ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...(prepared === undefined ? {} : { prepared })
       })
       const cache = this.#cache
       this.#settler = new MemorySettler({
@@ -172,10 +212,21 @@ export class LayerdDaemon {
       mark('open')
       const kept = this.#keeper?.availableCount ?? 0
       const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
-      if (cleaned > 0 || kept > 0) log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after start`)
+      if (cleaned > 0 || kept > 0) {
+        log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after the lock` +
+          (prepared === undefined ? '' : `; used the trees and tables of ${prepared.taken} of ${prepared.count} connection(s), built ahead in ${prepared.ms} ms before the lock`))
+      }
       mark('recover')
       await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       mark('sweep')
+      // The services (containerd's snapshotter) listen before the control socket does and before the holder hears
+      // that this daemon serves: whoever sees layerd answer (layerctl, `daemon restart`) finds their sockets up too.
+      for (const start of this.config.services ?? []) {
+        this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
+      }
+      // Only now: a service (containerd's snapshotter) takes over the kept connections of its own mounts as it recovers.
+      await this.#mounts.releaseUntakenConnections()
+      mark('services')
       this.#server = new ControlServer(this.#handlers(), log)
       await this.#server.listen(socketPath(home))
       this.#keeper?.ready()
@@ -189,15 +240,16 @@ export class LayerdDaemon {
         const registry = createDaemonRegistry({ nodeStats: () => this.#nodeStats(), sandboxes: () => this.config.sandboxStates?.(db) ?? [] })
         this.#metrics = await serveMetrics(registry, this.config.metricsAddr, log)
       }
-      for (const start of this.config.services ?? []) {
-        this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
-      }
-      // Only now: a service (containerd's snapshotter) takes over the kept connections of its own mounts as it recovers.
-      await this.#mounts.releaseUntakenConnections()
     } catch (err) {
       await this.stop()
       throw err
     }
+  }
+
+  /** Back to the serving priority (config.serveNice), on every thread, once this daemon is to take over. Sync; never throws. */
+  #servePriority (): void {
+    if (this.config.serveNice === undefined) return
+    try { setProcessNice(this.config.serveNice) } catch (err) { this.config.log(`cannot go back to nice ${this.config.serveNice}: ${(err as Error).message}`) }
   }
 
   /**
@@ -239,12 +291,19 @@ export class LayerdDaemon {
    * The caller exits right after. Reads in flight are not answered here: the
    * kernel resends them to the next daemon (FUSE_NOTIFY_RESEND), so none
    * fails. Async; idempotent with stop().
+   *
+   * The home's lock is not released here: the kernel drops it when this
+   * process has ended, after the last of its FUSE server threads. Released
+   * earlier, the next daemon could attach and send FUSE_NOTIFY_RESEND while
+   * those threads still read requests, and a request read after the resend
+   * would never be answered (its reader hangs); it would also open the chunk
+   * cache while this process still has it open. The pid file is left for the
+   * next daemon to replace.
    */
   async handover (): Promise<void> {
     this.#stopping ??= (async () => {
       await this.#server?.close()
       rmSync(socketPath(this.config.home), { force: true })
-      this.#lock?.release()
     })()
     await this.#stopping
   }

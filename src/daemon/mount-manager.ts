@@ -50,6 +50,8 @@ import { mountsUnder } from '../host/mount-table.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 import type { HeldConnections } from '../holder/connection-keeper.js'
 import { SharedImageRecords } from './shared-image-records.js'
+import { PreparedTakeovers } from './prepared-takeovers.js'
+import type { PreparedTree } from '../fs/image-mount.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 
 /** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_FUSE_BACKEND). */
@@ -89,20 +91,25 @@ export class MountManager {
   readonly #sharedRecords: SharedImageRecords
 
   readonly #options: MountOptions
+  /** Trees and tables built ahead for the kept connections (a planned restart); none otherwise. */
+  #prepared: PreparedTakeovers
 
   /**
    * `sharedDir`: where images mounted for sandboxes live, one directory per
    * manifest; `sharedRecordsFile`: where they are recorded for a restarted
    * daemon; `keeper`: keeps FUSE connections across daemon restarts (none:
-   * mounts die with the daemon); stacks and FUSE backend: MountOptions.
+   * mounts die with the daemon); `prepared`: the kept connections' trees,
+   * built ahead (prepared-takeovers.ts), used by recover() and dropped after
+   * releaseUntakenConnections(); stacks and FUSE backend: MountOptions.
    */
   constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string,
-    options: MountOptions & { keeper?: HeldConnections, sharedRecordsFile?: string } = {}) {
+    options: MountOptions & { keeper?: HeldConnections, sharedRecordsFile?: string, prepared?: PreparedTakeovers } = {}) {
     this.#sharedDir = sharedDir
     this.#options = options
     this.#keeper = options.keeper
+    this.#prepared = options.prepared ?? PreparedTakeovers.none()
     this.#sharedRecords = new SharedImageRecords(options.sharedRecordsFile ?? `${sharedDir}.json`, log)
-    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper, options.fuseBackend)
+    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper, options.fuseBackend, () => this.#prepared)
     this.#traces = new AccessTraces(db)
     this.#rows = new MountTable(db)
     this.#cache = cache
@@ -163,11 +170,22 @@ export class MountManager {
 
   async #load (loc: StoreLocation, image: string): Promise<LoadedImage> {
     const { store } = this.#stores.get(loc)
-    return await loadImage(store, image, { cache: this.#cache, pin: false, decodedToc: layer => this.#tocs.peek(layer) })
+    return await loadImage(store, image, { cache: this.#cache, pin: false, decodedToc: layer => this.#decodedToc(layer) })
   }
 
-  /** One FUSE mount of `tocs` (the layers `layers` of `loaded`), recorded in #mounts at `mountpoint`. Async. */
-  async #mountLayers (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], tocs: LayerToc[], tree: MergedTree | undefined, started: number): Promise<Mounted> {
+  /** A TOC some mount holds, or one built ahead for a takeover: neither read nor decoded again. Sync. */
+  #decodedToc (layer: Digest): LayerToc | undefined {
+    return this.#tocs.peek(layer) ?? this.#prepared.toc(layer)
+  }
+
+  /**
+   * One FUSE mount of `tocs` (the layers `layers` of `loaded`), recorded in
+   * #mounts at `mountpoint`; `top`: a stack's top, its tree split off the
+   * layers `base` (and that tree built ahead, when it was), else the merge
+   * of `tocs`. Async.
+   */
+  async #mountLayers (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], tocs: LayerToc[],
+    top: { tree: MergedTree, base: Digest[], prepared?: PreparedTree } | undefined, started: number): Promise<Mounted> {
     const { store, fetcher } = this.#stores.get(loc)
     const image: LoadedImage = { ...loaded, tocs: this.#tocs.acquire(layers, tocs) }
     const pins = [manifestKey(digestHex(image.digest)), ...layers.map(l => layerKey(digestHex(l)))]
@@ -179,8 +197,11 @@ export class MountManager {
         neighbours: () => (neighbours ??= new BlobNeighbours(image.tocs)),
         isCached: digest => this.#cache.has(digest)
       })
+      const prepared = top === undefined ? this.#prepared.take(mountpoint, layers) : top.prepared
+      const source = { ...loc, layers, ...(top === undefined ? {} : { base: top.base }) }
       const mount = await mountImage({
-        mountpoint, tocs: image.tocs, reader, log: this.#log, ...(tree === undefined ? {} : { tree }), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...fuseOptions(this.#options.fuseBackend)
+        mountpoint, tocs: image.tocs, reader, log: this.#log, source, ...(top === undefined ? {} : { tree: top.tree }), ...(prepared === undefined ? {} : { prepared }),
+        ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...fuseOptions(this.#options.fuseBackend)
       })
       const info: MountInfo = {
         mountpoint: mount.mountpoint, image: name, manifest: image.digest, store: store.url,
@@ -202,7 +223,7 @@ export class MountManager {
    */
   async layerToc (loc: StoreLocation, layer: Digest): Promise<LayerToc> {
     const { store } = this.#stores.get(loc)
-    return (await loadLayerTocs(store, [layer], { cache: this.#cache, pin: false, decodedToc: l => this.#tocs.peek(l) }))[0]!
+    return (await loadLayerTocs(store, [layer], { cache: this.#cache, pin: false, decodedToc: l => this.#decodedToc(l) }))[0]!
   }
 
   /**
@@ -218,7 +239,7 @@ export class MountManager {
     this.#refuseMounted(req.name, mountpoint)
     const loc = locationOf({ ...req, image: req.name })
     const { store } = this.#stores.get(loc)
-    const tocs = await loadLayerTocs(store, req.layers, { cache: this.#cache, pin: false, decodedToc: layer => this.#tocs.peek(layer) })
+    const tocs = await loadLayerTocs(store, req.layers, { cache: this.#cache, pin: false, decodedToc: layer => this.#decodedToc(layer) })
     const chainDigest = sha256Digest(Buffer.from(req.layers.join('\n')))
     const loaded: LoadedImage = {
       digest: chainDigest,
@@ -249,8 +270,9 @@ export class MountManager {
     const topPath = `${mountpoint}.top`
     if (layers.length < 2 || this.#options.stacks === false || !overlaySafePath(topPath) || !overlaySafePath(this.#sharedDir)) return await this.mount(req, loaded)
     const { store, fetcher } = this.#stores.get(loc)
-    const base = await this.#stacks.acquireBase(layers.slice(0, -1), loaded.tocs.slice(0, -1), fetcher, store.url)
-    const split = splitTopLayer(base.tree, loaded.tocs.at(-1)!)
+    const base = await this.#stacks.acquireBase(layers.slice(0, -1), loaded.tocs.slice(0, -1), fetcher, store.url, loc)
+    const preparedTop = this.#prepared.take(topPath, layers.slice(-1), layers.slice(0, -1))
+    const split = preparedTop ?? splitTopLayer(base.tree, loaded.tocs.at(-1)!)
     if ('reason' in split) {
       this.#log(`image ${req.image}: one merged mount, not a stack: ${split.reason}`)
       await this.#stacks.releaseBase(base.key)
@@ -258,7 +280,8 @@ export class MountManager {
     }
     let top: Mounted | undefined
     try {
-      top = await this.#mountLayers(loc, topPath, req.image, loaded, layers.slice(-1), loaded.tocs.slice(-1), split.tree, started)
+      top = await this.#mountLayers(loc, topPath, req.image, loaded, layers.slice(-1), loaded.tocs.slice(-1),
+        { tree: split.tree, base: layers.slice(0, -1), ...(preparedTop === undefined ? {} : { prepared: preparedTop }) }, started)
       // A takeover of both FUSE mounts keeps the overlay above them (and the sandboxes' overlays above that) as it is.
       const overlay = await mountedFsType(mountpoint)
       if (!(overlay === 'overlay' && top.mount.adopted && base.mount.adopted)) {
@@ -435,6 +458,7 @@ export class MountManager {
    * asked back (or all, with --no-restore), and clean their mountpoints. Async.
    */
   async releaseUntakenConnections (): Promise<void> {
+    this.#prepared.clear()
     for (const dead of this.#keeper?.releaseUntaken() ?? []) {
       if (this.#mounts.has(dead)) continue
       try { await lazyUnmount(dead) } catch (err) { this.#log(`cleaning stale mount ${dead}: ${(err as Error).message}`) }

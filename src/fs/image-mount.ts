@@ -18,7 +18,15 @@ import { lazyUnmount, mountFuse, mountedFsType, type FuseBackend, type FuseMount
 import { createFuseOps } from './fuse-ops.js'
 import { ImageView } from './image-view.js'
 import { adoptKernelFuse, kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters, type KernelFuseMount } from './kernel-fuse.js'
-import type { ConnectionKeeper } from './kernel-fuse-keeper.js'
+import type { ConnectionKeeper, TreeSource } from './kernel-fuse-keeper.js'
+import type { KernelFuseTable } from './kernel-fuse-table.js'
+
+/**
+ * A mount's tree, view and metadata table built ahead (a planned restart
+ * builds them while the old daemon still serves), so a takeover only attaches.
+ * `digest` is the table's sha256 hex.
+ */
+export interface PreparedTree { tree: MergedTree, view: ImageView, table: KernelFuseTable, digest: string }
 
 /** Kernel cache lifetimes for immutable images: a day. */
 export const IMMUTABLE_TIMEOUT_S = 86_400
@@ -54,6 +62,10 @@ export interface MountImageOptions {
   tree?: MergedTree
   /** Keeps kernel-backend connections across daemon restarts, and hands over the ones an earlier daemon kept. */
   keeper?: ConnectionKeeper
+  /** What the tree is built from, recorded with a kept connection (TreeSource). */
+  source?: TreeSource
+  /** The tree, view and table built ahead for this mount: used when `tree` is absent or is `prepared.tree`. */
+  prepared?: PreparedTree
 }
 
 export interface ImageMountStats {
@@ -106,12 +118,15 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   const kept = keeper?.take(await canonicalPath(resolve(options.mountpoint)))
   // A kept connection is still mounted there and answers nothing until served: no statfs on it before.
   const mountpoint = kept?.record.mountpoint ?? await prepareMountpoint(resolve(options.mountpoint), log)
-  const tree = options.tree ?? mergeLayers(tocs)
+  // Built ahead: used only for the tree it was built as, and for a kept connection only when it is the table that connection was served from.
+  const prepared = options.prepared !== undefined && (options.tree === undefined || options.tree === options.prepared.tree) &&
+    (kept === undefined || kept.record.tableDigest === options.prepared.digest) ? options.prepared : undefined
+  const tree = prepared?.tree ?? options.tree ?? mergeLayers(tocs)
   if (tree.conflicts.length > 0 && kept === undefined) {
     const first = tree.conflicts[0]!
     log(`mount ${mountpoint}: ${tree.conflicts.length} TOC entries skipped, first: layer ${first.layer} ${JSON.stringify(first.path)}: ${first.reason}`)
   }
-  const view = new ImageView(tree)
+  const view = prepared?.view ?? new ImageView(tree)
   const files = new FileReader(tocs, reader)
   const boundary = new ErrnoBoundary({ log, storeName: reader.storeName, mountpoint })
   const fuseOptions = { ...DEFAULT_FUSE_OPTIONS, ...options.fuse }
@@ -121,7 +136,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   let adopted = false
   if (kept !== undefined) {
     try {
-      const kernel = adoptKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, kept, keeper!)
+      const kernel = adoptKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, kept, keeper!, prepared)
       serverCounters = kernel.counters
       fuse = kernel
       backend = 'kernel'
@@ -134,7 +149,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
     }
   }
   if (fuse === undefined && backend === 'kernel') {
-    const kernel: KernelFuseMount = await mountKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, keeper)
+    const kernel: KernelFuseMount = await mountKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, keeper, options.source)
     serverCounters = kernel.counters
     fuse = kernel
   } else if (fuse === undefined) {

@@ -13,6 +13,21 @@
  */
 import type { NativeFuseInit, NativeFuseServerOptions } from '../native.js'
 
+/**
+ * What the mount's tree was built from, so a new daemon can build the same
+ * tree and table while the old one still serves (a planned restart,
+ * src/daemon/prepared-takeovers.ts). Only a hint: the table digest decides.
+ */
+export interface TreeSource {
+  /** The store the TOCs come from (URL), and its S3 endpoint. */
+  store: string
+  s3Endpoint?: string
+  /** The mount's layers (digests, lowest first): its tree is their merge. */
+  layers: string[]
+  /** A stack's top (src/format/layer-split.ts): the tree is `layers[0]` split off the merge of these. */
+  base?: string[]
+}
+
 /** What a new daemon needs to serve a kept connection as before. */
 export interface ConnectionRecord {
   /** Canonical mountpoint (the key). */
@@ -21,6 +36,8 @@ export interface ConnectionRecord {
   tableDigest: string
   init: NativeFuseInit
   options: NativeFuseServerOptions
+  /** What the tree was built from; absent in records of older daemons. */
+  source?: TreeSource
 }
 
 /** A connection an earlier daemon kept, handed to this one: `fd` is this process's own copy. */

@@ -34,7 +34,7 @@ import { FUSE_ERRNOS } from './fuse-errnos.js'
 import { fetchFailureErrno } from './fuse-ops.js'
 import type { ImageView } from './image-view.js'
 import { encodeKernelFuseTable, type KernelFuseTable } from './kernel-fuse-table.js'
-import type { ConnectionKeeper, KeptConnection } from './kernel-fuse-keeper.js'
+import type { ConnectionKeeper, KeptConnection, TreeSource } from './kernel-fuse-keeper.js'
 
 const EVENT_INIT = 1
 const EVENT_READ = 2
@@ -128,7 +128,7 @@ export function kernelFuseUnavailable (options: FuseMountOptions): string | unde
  * answered. Rejects with UnsupportedError when the backend is unavailable,
  * UsageError when the mount fails (the kernel's reason included).
  */
-export async function mountKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions, keeper?: ConnectionKeeper): Promise<KernelFuseMount> {
+export async function mountKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions, keeper?: ConnectionKeeper, source?: TreeSource): Promise<KernelFuseMount> {
   const why = kernelFuseUnavailable(options)
   if (why !== undefined) throw new UnsupportedError(`the kernel FUSE backend cannot mount ${mountpoint}: ${why}`)
   checkFsName(options.fsName)
@@ -162,7 +162,8 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
         mountpoint,
         tableDigest: tableDigest(table.bytes),
         init: { kernelMajor, kernelMinor, kernelFlags, kernelFlags2, replyFlags },
-        options: { ...serverOptions, maxReadahead: negotiated.maxReadahead }
+        options: { ...serverOptions, maxReadahead: negotiated.maxReadahead },
+        ...(source === undefined ? {} : { source })
       })
     } catch (err) {
       context.log(`mount ${mountpoint}: its FUSE connection is not kept, so it will not survive a daemon crash: ${describeError(err)}`)
@@ -175,17 +176,20 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
  * Serve `kept`, a connection an earlier daemon mounted at `mountpoint` and
  * kept, from `context.view`, without a new INIT: the table this process
  * builds must be byte-identical to the one recorded (node ids are its
- * indices), and the server options equal. Sync. Throws UsageError naming
- * the difference (the caller then discards the connection and mounts
- * afresh); on success the server owns `kept.fd`.
+ * indices), and the server options equal. `prepared`: the table of
+ * `context.view` and its digest, built ahead (used only when its view is
+ * `context.view`). Sync. Throws UsageError naming the difference (the caller
+ * then discards the connection and mounts afresh); on success the server owns `kept.fd`.
  */
-export function adoptKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions, kept: KeptConnection, keeper: ConnectionKeeper): KernelFuseMount {
+export function adoptKernelFuse (mountpoint: string, context: KernelFuseContext, options: FuseMountOptions, kept: KeptConnection, keeper: ConnectionKeeper,
+  prepared?: { view: ImageView, table: KernelFuseTable, digest: string }): KernelFuseMount {
   const why = kernelFuseUnavailable(options)
   if (why !== undefined) throw new UnsupportedError(`the kernel FUSE backend cannot take over ${mountpoint}: ${why}`)
   const native = nativeFuseServer()
-  const table = encodeKernelFuseTable(context.view)
+  const ahead = prepared?.view === context.view ? prepared : undefined
+  const table = ahead?.table ?? encodeKernelFuseTable(context.view)
   const { server: serverOptions, maxRead } = serverSettings(options)
-  const digest = tableDigest(table.bytes)
+  const digest = ahead?.digest ?? tableDigest(table.bytes)
   const { record } = kept
   if (digest !== record.tableDigest) {
     throw new UsageError(`cannot take over ${mountpoint}: this daemon builds a different metadata table (sha256 ${digest.slice(0, 16)}…, the connection was served from ${record.tableDigest.slice(0, 16)}…), so its node ids would not match`)

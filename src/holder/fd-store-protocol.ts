@@ -26,6 +26,13 @@ export const HOLDER_FD_ENV = 'LAYERD_HOLDER_FD'
  * lock, no fd, no file), and it exits when the holder's socket closes.
  */
 export const HOLDER_STANDBY_ENV = 'LAYERD_HOLDER_STANDBY'
+/**
+ * Set (to the holder's own nice value) for a layerd the holder started niced
+ * because it only prepares while another serves (a warm standby, a planned
+ * restart's new one): it goes back to this value, on every thread, when it
+ * takes over (src/host/thread-priority.ts).
+ */
+export const HOLDER_SERVE_NICE_ENV = 'LAYERD_SERVE_NICE'
 export const HOLDER_PID_FILE = 'holder.pid'
 export const HOLDER_SOCKET = 'holder.sock'
 /** Largest message either side sends. */

@@ -24,10 +24,11 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
 import { chmod, rm } from 'node:fs/promises'
 import { createServer, type Server, type Socket } from 'node:net'
+import { getPriority, setPriority } from 'node:os'
 import { join } from 'node:path'
 import { HolderError, LayerdError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
-import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_STANDBY_ENV, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
+import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 
 /** layerd's exit code when it handed its connections over (SIGUSR2): restart it at once. */
 export const DAEMON_EXIT_HANDOVER = 6
@@ -46,6 +47,12 @@ const BACKOFF_MAX_MS = 30_000
 export const FIRST_STANDBY_DELAY_MS = 3_000
 /** A planned restart fails when the new layerd does not serve within this. */
 export const RESTART_TIMEOUT_MS = 30_000
+/**
+ * A layerd that only prepares while another serves (a warm standby, a planned restart's new one) runs this
+ * much nicer until it takes over, so its loading does not slow the serving one's reads. Root only: going back
+ * needs CAP_SYS_NICE.
+ */
+const PREPARING_NICE_STEP = 10
 /** The holder's own exit codes. */
 export const HOLDER_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3 } as const
 
@@ -201,16 +208,21 @@ export class Holder {
   /** Start a layerd; `as`: it serves now, it is a planned restart's next one, or a warm standby. */
   #spawn (as: 'current' | 'next' | 'standby' = 'current'): Generation {
     const current = as === 'current'
+    const serveNice = as !== 'current' && process.getuid?.() === 0 ? getPriority() : undefined
     const [mine, theirs] = this.#native.fdSocketPair()
     let child: ChildProcess
     try {
       // The holder's own node flags (the daemon's: DAEMON_NODE_FLAGS, passed by the launcher) go on to layerd.
       child = spawn(process.execPath, [...process.execArgv, this.#entry, '--foreground', '--home', this.#opts.home, ...this.#opts.daemonArgs], {
         stdio: ['ignore', 'inherit', 'inherit', theirs],
-        env: { ...process.env, [HOLDER_FD_ENV]: '3', ...(as === 'standby' ? { [HOLDER_STANDBY_ENV]: '1' } : {}) }
+        env: { ...process.env, [HOLDER_FD_ENV]: '3', ...(as === 'standby' ? { [HOLDER_STANDBY_ENV]: '1' } : {}), ...(serveNice === undefined ? {} : { [HOLDER_SERVE_NICE_ENV]: String(serveNice) }) }
       })
     } finally {
       closeSync(theirs)
+    }
+    // Its main thread, at once: the threads it starts from there on inherit it; it sets them all back when it takes over.
+    if (serveNice !== undefined && child.pid !== undefined) {
+      try { setPriority(child.pid, Math.min(19, serveNice + PREPARING_NICE_STEP)) } catch (err) { this.#opts.log(`holder: cannot nice layerd ${child.pid}: ${describeError(err)}`) }
     }
     const g: Generation = { child, sock: mine, startedAt: performance.now(), ...(as === 'standby' ? { warm: true } : {}) }
     if (current) this.#current = g
