@@ -29,6 +29,7 @@ import { pushImage } from '../image/push.js'
 import type { ExecResult, SandboxLimits, Tier } from '../runtime/sandbox.js'
 import { createSandbox, type ManagedSandbox } from '../sandbox/create-sandbox.js'
 import { driverFor } from '../sandbox/tier-drivers.js'
+import { DISK_TEMPLATE_DIR } from '../runtime/overlay/sandbox-overlay.js'
 import { mountsUnder } from '../host/mount-table.js'
 import { openMemoryNodeDb } from '../state/node-db.js'
 import { resolveSettings } from '../state/settings.js'
@@ -199,7 +200,8 @@ export function shutdownTest (t: Test, node: AttackNode): void {
   t.test('layerd stops cleanly and the node keeps nothing mounted or left over', async t => {
     await node.layerd.stopDaemon()
     t.same(await mountsUnder(node.home), [], 'no mount left under the node\'s home')
-    const left = await readdir(join(node.home, 'sandboxes')).catch(() => [])
+    // The pre-made empty disks are the node's, kept for the next sandbox; anything else would be a sandbox's leftover.
+    const left = (await readdir(join(node.home, 'sandboxes')).catch(() => [])).filter(n => n !== DISK_TEMPLATE_DIR)
     t.same(left, [], 'no sandbox state left')
   })
 }
