@@ -1,0 +1,58 @@
+/**
+ * Tar splits in the store (`tar-splits/<diff_id hex>`, src/format/tar-split.ts):
+ * written by push next to a layer's TOC, read by export to write that
+ * layer's original tar again, byte for byte.
+ *
+ * Keyed by diff_id, not by TOC: a split rebuilds the tar with that
+ * diff_id from any TOC of that tar (hole for hole), wherever its chunks
+ * live. It is not addressed by its own digest; what verifies it is the
+ * rebuilt tar, whose sha256 must be the diff_id (export checks). gc keeps a
+ * split while a live TOC has its diff_id.
+ *
+ * May import: src/errors.ts, src/format/, src/store/, this folder.
+ */
+import { CorruptObjectError, NotFoundError } from '../errors.js'
+import { digestHex, type Digest } from '../format/digest.js'
+import { tarSplitKey } from '../format/keys.js'
+import { decodeTarSplit, encodeTarSplit, mismatchWithToc, type TarSplit } from '../format/tar-split.js'
+import type { LayerToc } from '../format/toc.js'
+import type { ObjectStore } from '../store/object-store.js'
+import type { StoreLease } from '../store/store-leases.js'
+import { compressMetadata, decompressMetadata } from './metadata-objects.js'
+
+/**
+ * Store `split` for `toc`'s layer unless the store has one for its diff_id
+ * (or has it condemned by a running gc: then again). Async; returns the
+ * bytes written, 0 when none. Throws a plain Error (an internal bug) when
+ * the split does not fit the TOC: a tar source must record exactly the TOC's
+ * file contents as holes.
+ */
+export async function storeTarSplit (store: Pick<ObjectStore, 'put' | 'stat'>, lease: Pick<StoreLease, 'isCondemned'>, toc: LayerToc, split: TarSplit): Promise<number> {
+  const mismatch = mismatchWithToc(split, toc)
+  if (mismatch !== undefined) throw new Error(`internal: the tar split of layer ${toc.diffId} does not fit its TOC: ${mismatch}`)
+  const key = tarSplitKey(digestHex(toc.diffId as Digest))
+  if ((await store.stat(key)) !== undefined && !lease.isCondemned(key)) return 0
+  const bytes = compressMetadata(encodeTarSplit(split))
+  await store.put(key, bytes)
+  return bytes.length
+}
+
+/**
+ * The split stored for `toc`'s diff_id, if there is one that fits `toc`.
+ * Async. Undefined when none is stored (a layer pushed from a directory, or
+ * before splits existed, or too large to keep one). Throws
+ * CorruptObjectError for one that does not decode or does not fit.
+ */
+export async function loadTarSplit (store: Pick<ObjectStore, 'get' | 'url'>, toc: LayerToc): Promise<TarSplit | undefined> {
+  const key = tarSplitKey(digestHex(toc.diffId as Digest))
+  let stored: Buffer
+  try { stored = await store.get(key) } catch (err) {
+    if (err instanceof NotFoundError) return undefined
+    throw err
+  }
+  const source = `${key} in ${store.url}`
+  const split = decodeTarSplit(decompressMetadata(stored, source), source)
+  const mismatch = mismatchWithToc(split, toc)
+  if (mismatch !== undefined) throw new CorruptObjectError(`tar split ${source} does not fit the layer's TOC: ${mismatch}`)
+  return split
+}
