@@ -3,7 +3,9 @@
  * loopback (plain HTTP; one registry for the whole file): the Debian python
  * image exports exactly as its source tree (fs and S3 stores), inspect
  * shows where it came from, a second push downloads no layer blob (the
- * registry's log), layer-by-blob hints are recorded, and an index with two
+ * registry's log), layer-by-blob hints are recorded, export then push gives
+ * the same manifest digest (each exported layer is the registry layer's
+ * uncompressed tar, byte for byte), and an index with two
  * platforms picks this host's image, `--platform` the other, attestations
  * skipped.
  */
@@ -54,6 +56,19 @@ t.test('layerctl push docker:// (plain HTTP) exports exactly; inspect names the 
   const reqs = (await registry.requests()).slice(before)
   t.ok(reqs.some(r => r.uri.includes('/manifests/')) && reqs.some(r => r.uri.endsWith(`/blobs/${python.configDigest}`)), 'only the manifest and config were fetched')
   t.equal(first.stdout.split('\n').at(-2)!.split(' ')[1], second.stdout.split('\n').at(-2)!.split(' ')[1], 'same manifest digest')
+
+  // The round trip: out of the store and in again, the registry image is the same image.
+  const pushedManifest = JSON.parse((await node.layerctl('inspect', 'deb/python:v1', '--json')).stdout).manifest
+  for (const [format, back] of [['oci', (p: string) => `oci:${p}:v1`], ['docker-archive', (p: string) => `docker-archive:${p}`]] as const) {
+    const out = join(work, `registry-export.${format}`)
+    const exported = await node.layerctl('export', 'deb/python:v1', '--format', format, '-o', out, '--json')
+    t.equal(exported.code, 0, exported.stderr)
+    t.same(JSON.parse(exported.stdout).layers.map((l: { digest: string }) => l.digest), python.layers.map(l => l.diffId),
+      `export --format ${format}: each layer is the registry layer's tar, byte for byte (the source config's diff_ids)`)
+    const again = await node.layerctl('push', back(out), `deb/python:${format}-back`, '--json')
+    t.equal(again.code, 0, again.stderr)
+    t.equal(JSON.parse(again.stdout).manifest, pushedManifest, `push of the ${format} export gives the registry push's manifest digest`)
+  }
 })
 
 t.test('push docker:// into the S3 store (s3rver) exports exactly', async t => {
