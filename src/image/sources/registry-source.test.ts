@@ -21,7 +21,12 @@ import { layerByBlobKey } from '../../format/keys.js'
 import { parseRef } from '../../format/ref.js'
 import { openMemoryNodeDb } from '../../state/node-db.js'
 import { openStore } from '../../store/open-store.js'
+import { ChunkFetcher } from '../../cache/chunk-fetcher.js'
+import { MemoryChunkCache } from '../../cache/memory-chunk-cache.js'
+import { exportImageLayout } from '../../materialize/export-layout.js'
+import { loadImage } from '../load-image.js'
 import { pushImage } from '../push.js'
+import { loadTarSplit } from '../tar-splits.js'
 
 const images = await ensureDebianImages()
 const python = images.images['python-v1']
@@ -76,9 +81,19 @@ t.test('push docker:// into the S3 store (s3rver) exports exactly', async t => {
   t.teardown(() => s3.stop())
   const store = openStore(`s3://${s3.bucket}/layerd`, { s3Endpoint: s3.endpoint })
   t.teardown(() => store.close())
-  await pushImage(src, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb(), registry: { env: {}, tlsVerify: false } })
+  const db = openMemoryNodeDb()
+  const pushed = await pushImage(src, parseRef('deb/python:v1'), { store, db, registry: { env: {}, tlsVerify: false } })
   const { diff, paths } = await exportDiff(store, 'deb/python:v1', python.rootfs, work)
   t.same(diff, [], `export from S3 equals the source tree (${paths} paths)`)
+
+  const fetcher = new ChunkFetcher(store, new MemoryChunkCache())
+  t.teardown(() => fetcher.close())
+  const out = join(work, 's3-export.oci')
+  const exported = await exportImageLayout(await loadImage(store, 'deb/python:v1'), parseRef('deb/python:v1'), fetcher, 'oci', out,
+    { tarSplit: async toc => await loadTarSplit(store, toc) })
+  t.same(exported.layers.map(l => l.digest), python.layers.map(l => l.diffId), 'the image itself out of S3: the registry layers\' tars, byte for byte')
+  const back = await pushImage(`oci:${out}:v1`, parseRef('deb/python:back'), { store, db })
+  t.equal(back.manifest, pushed.manifest, 'and pushed back, the same manifest digest')
 })
 
 t.test('an index with two platforms: this host gets its image, --platform the other, attestations skipped', async t => {
