@@ -11,7 +11,7 @@
  *
  * May import: src/errors.ts, src/format/, src/store/, this folder.
  */
-import { CorruptObjectError, NotFoundError } from '../errors.js'
+import { NotFoundError } from '../errors.js'
 import { digestHex, type Digest } from '../format/digest.js'
 import { tarSplitKey } from '../format/keys.js'
 import { decodeTarSplit, encodeTarSplit, mismatchWithToc, type TarSplit } from '../format/tar-split.js'
@@ -57,8 +57,10 @@ export async function storeTarSplit (store: Pick<ObjectStore, 'put' | 'stat'>, l
 /**
  * The split stored for `toc`'s diff_id, if there is one that fits `toc`.
  * Async. Undefined when none is stored (a layer pushed from a directory, or
- * before splits existed, or too large to keep one). Throws
- * CorruptObjectError for one that does not decode or does not fit.
+ * before splits existed, or too large to keep one), and when the one stored
+ * does not fit this TOC hole for hole (a TOC of the same tar read under
+ * another ingest policy): export then writes the tar from the TOC. Throws
+ * CorruptObjectError for one that does not decode.
  */
 export async function loadTarSplit (store: Pick<ObjectStore, 'get' | 'url'>, toc: LayerToc): Promise<TarSplit | undefined> {
   const key = tarSplitKey(digestHex(toc.diffId as Digest))
@@ -69,7 +71,5 @@ export async function loadTarSplit (store: Pick<ObjectStore, 'get' | 'url'>, toc
   }
   const source = `${key} in ${store.url}`
   const split = decodeTarSplit(decompressMetadata(stored, source), source)
-  const mismatch = mismatchWithToc(split, toc)
-  if (mismatch !== undefined) throw new CorruptObjectError(`tar split ${source} does not fit the layer's TOC: ${mismatch}`)
-  return split
+  return mismatchWithToc(split, toc) === undefined ? split : undefined
 }

@@ -12,8 +12,9 @@
  *   manifest is the input's;
  * - pushing the export gives the same manifest digest in the store;
  * - a tar split that lies is caught by the rebuilt tar's digest: a clear
- *   error, nothing left behind; without a split, the tar is written from the
- *   TOC (same content, `exact: false`);
+ *   error, nothing left behind; one that does not fit the TOC is not used,
+ *   and without a split the tar is written from the TOC (same content,
+ *   `exact: false`);
  * - `gcStore` keeps a split while its layer lives and deletes it with it.
  */
 import t from 'tap'
@@ -118,6 +119,11 @@ t.test('exportImageLayout refuses a tar split that lies, leaving nothing; withou
   t.ok(err instanceof CorruptObjectError, 'a CorruptObjectError')
   t.match((err as Error).message, /^layer 1 of 2: the tar rebuilt from its tar split has digest sha256:\w+, not the layer's diff_id sha256:\w+ \(a corrupt tar-splits\/ object\)$/)
   t.same((await readdir(work)).filter(n => n.includes('lying')), [], 'no output and no temporary directory left')
+
+  // A split that does not fit the TOC hole for hole (a TOC read under another ingest policy) is not used.
+  await store.put(key, compressMetadata(encodeTarSplit({ holes: split.holes.slice(1), raw: raw.slice(1) })))
+  const unfit = await exportAs('oci', 'unfit')
+  t.same(unfit.layers.map(l => l.exact), [false, true], 'a split that does not fit: that layer is written from its TOC')
 
   await store.put(key, good)
   const fromToc = await exportAs('oci', 'from-toc', false)
