@@ -80,21 +80,6 @@ export class BlobPacker {
     this.#throwIfFailed()
   }
 
-  /**
-   * Seal the last blob, so every chunk added so far has its blob's digest,
-   * without waiting for the uploads: `uploaded` resolves once every blob
-   * sealed so far is in the store (with its index), and rejects with an
-   * upload failure. Lets a push write a layer's TOC in the background while
-   * the next layer is read. Async (waits only for upload capacity).
-   */
-  async seal (): Promise<{ uploaded: Promise<void> }> {
-    if (this.#bytes > 0) await this.#seal()
-    const pending = [...this.#inFlight]
-    const uploaded = Promise.allSettled(pending).then(() => this.#throwIfFailed())
-    uploaded.catch(() => {}) // the caller awaits it; a failure is also rethrown by the next add()
-    return { uploaded }
-  }
-
   async #seal (): Promise<void> {
     const handle = this.#handle
     const buf = this.#buf

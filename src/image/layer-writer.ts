@@ -62,17 +62,15 @@ interface PendingPiece { chunks: Promise<EncodedChunk[]>, entry: TocEntry, bytes
  * Read `layer` to the end and build its TOC. Async. Throws what the source
  * throws (BadInputError, LimitExceededError) and store failures; on failure
  * nothing refers to the blobs already uploaded except the dedup index.
- * Resolves once every chunk is in a sealed blob; `uploaded` resolves once
- * those blobs are in the store (the TOC must not be written before).
  */
-export async function writeLayer (layer: LayerSource, deps: LayerWriterDeps): Promise<{ toc: LayerToc, stats: LayerWriteStats, uploaded: Promise<void> }> {
+export async function writeLayer (layer: LayerSource, deps: LayerWriterDeps): Promise<{ toc: LayerToc, stats: LayerWriteStats }> {
   const w = new LayerWriter(deps)
   await w.readEntries(layer)
   await w.settleAll()
-  const { uploaded } = await deps.packer.seal()
+  await deps.packer.finish()
   deps.onProgress?.(w.stats.plainBytes)
   const { blobs, chunks } = chunkTable(w.tocChunks)
-  return { toc: { diffId: layer.diffId(), blobs, chunks, entries: w.entries }, stats: w.stats, uploaded }
+  return { toc: { diffId: layer.diffId(), blobs, chunks, entries: w.entries }, stats: w.stats }
 }
 
 /**

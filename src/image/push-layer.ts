@@ -36,41 +36,21 @@ export interface PushLayerResult {
   tocBytesWritten: number
 }
 
-/** What {@link startPushLayer} gives at once; `written` resolves once the blobs and then the TOC are in the store. */
-export interface StartedLayer extends Omit<PushLayerResult, 'tocBytesWritten'> {
-  /** Bytes of the TOC object written (0 when it was already stored). Rejects with an upload or store failure. */
-  written: Promise<number>
-}
-
 /**
  * Chunk `layer` into the store and store its TOC. Async. Throws what
  * writeLayer throws (the source's BadInputError, LimitExceededError, store
  * failures); the TOC is written only after every blob it names.
  */
 export async function pushLayer (layer: LayerSource, deps: PushLayerDeps): Promise<PushLayerResult> {
-  const { written, ...started } = await startPushLayer(layer, deps)
-  return { ...started, tocBytesWritten: await written }
-}
-
-/**
- * pushLayer, but resolving as soon as the layer is read and its TOC built:
- * its last blobs' uploads and then its TOC finish in the background
- * (`written`), so a push can read its next layer meanwhile. The caller must
- * await `written` before anything names the TOC. Async; throws what
- * writeLayer throws.
- */
-export async function startPushLayer (layer: LayerSource, deps: PushLayerDeps): Promise<StartedLayer> {
   const { store, lease, ...writerDeps } = deps
-  const { toc, stats, uploaded } = await writeLayer(layer, writerDeps)
+  const { toc, stats } = await writeLayer(layer, writerDeps)
   const object = encodeTocObject(toc)
   const key = layerKey(digestHex(object.digest))
   const existed = (await store.stat(key)) !== undefined
-  const written = (async (): Promise<number> => {
-    await uploaded
-    if (existed && !lease.isCondemned(key)) return 0
+  let tocBytesWritten = 0
+  if (!existed || lease.isCondemned(key)) {
     await store.put(key, object.bytes)
-    return object.bytes.length
-  })()
-  written.catch(() => {}) // the caller awaits it
-  return { toc, stats, digest: object.digest, existed, written }
+    tocBytesWritten = object.bytes.length
+  }
+  return { toc, stats, digest: object.digest, existed, tocBytesWritten }
 }

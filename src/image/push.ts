@@ -24,7 +24,7 @@ import type { ChunkingParams } from './file-chunking.js'
 import { ChunkIndex } from './chunk-index.js'
 import type { LayerWriteStats, PushSession } from './layer-writer.js'
 import { encodeManifestObject } from './metadata-objects.js'
-import { startPushLayer } from './push-layer.js'
+import { pushLayer } from './push-layer.js'
 import { storeTarSplit } from './tar-splits.js'
 import { updateRef } from './refs.js'
 import { guardReusedImage } from './reuse-guard.js'
@@ -121,7 +121,6 @@ async function pushLeased (source: ImageSource, ref: ImageRef, opts: PushOptions
   const session: PushSession = new Map()
   const tocs: LayerToc[] = []
   const layers: PushedLayer[] = []
-  const tails: Array<Promise<void>> = []
   let metadataBytes = 0
   try {
     const count = source.layers.length
@@ -139,32 +138,23 @@ async function pushLeased (source: ImageSource, ref: ImageRef, opts: PushOptions
         opts.progress?.layerDone?.(i, count, pushed)
         continue
       }
-      const { toc, stats, digest, existed, written } = await startPushLayer(layer, {
+      const { toc, stats, digest, existed, tocBytesWritten } = await pushLayer(layer, {
         store, lease, chunking, packer, index: storedChunks, session,
         onProgress: bytes => opts.progress?.layerBytes?.(i, bytes)
       })
-      // The layer's last uploads, its TOC, tar split and hints are written while the next layer is read:
-      // in this order, each after the one before, and all before the manifest.
+      metadataBytes += tocBytesWritten
+      // What export needs to write this tar again byte for byte; written before the hints that name the layer.
       const split = layer.tarSplit?.()
-      const blobDigest = layer.declaredBlobDigest
-      const tail = (async (): Promise<void> => {
-        metadataBytes += await written
-        // What export needs to write this tar again byte for byte; written before the hints that name the layer.
-        if (split !== undefined) metadataBytes += await storeTarSplit(store, lease, toc, split)
-        await recordLayerByDiffId(store, toc.diffId as Digest, digest)
-        // Recorded only now: reading the layer verified its blob against this digest.
-        if (blobDigest !== undefined) await recordLayerByBlob(store, blobDigest, digest)
-      })()
-      tail.catch(() => {}) // awaited below
-      tails.push(tail)
+      if (split !== undefined) metadataBytes += await storeTarSplit(store, lease, toc, split)
+      await recordLayerByDiffId(store, toc.diffId as Digest, digest)
+      // Recorded only now: reading the layer verified its blob against this digest.
+      if (layer.declaredBlobDigest !== undefined) await recordLayerByBlob(store, layer.declaredBlobDigest, digest)
       tocs.push(toc)
       const pushed: PushedLayer = { ...stats, digest, diffId: toc.diffId as Digest, existed }
       layers.push(pushed)
       opts.progress?.layerDone?.(i, count, pushed)
     }
-    await Promise.all(tails)
   } finally {
-    await Promise.allSettled(tails) // a failed push leaves no write running behind it
     await chunking.close()
   }
   const base = opts.onto?.image
