@@ -39,6 +39,13 @@ export function median (xs: number[]): number {
   return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2
 }
 
+/** The q-quantile (0..1) by nearest rank. NaN for no samples. Pure. */
+export function quantile (xs: number[], q: number): number {
+  if (xs.length === 0) return NaN
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!
+}
+
 export function fmt (n: number, digits = 2): string {
   if (!Number.isFinite(n)) return String(n)
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })

@@ -30,10 +30,11 @@
  * Needs root (cgroups, FUSE). Bench-only: may import anything.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
-import { closeSync, existsSync, openSync, readFileSync } from 'node:fs'
+import { closeSync, openSync, readFileSync } from 'node:fs'
 import { mkdir, mkdtemp, readdir, rm, rmdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
+import { awaitDaemonReady } from '../fixtures/layerd-harness.js'
 import { parseRef } from '../src/format/ref.js'
 import { pushImage } from '../src/image/push.js'
 import { openMemoryNodeDb } from '../src/state/node-db.js'
@@ -107,18 +108,7 @@ async function startDaemon (home: string, cgroupDir: string, env: NodeJS.Process
   const daemon = [process.execPath, ...DAEMON_NODE_FLAGS, join(REPO_ROOT, 'dist/layerd/main.js'), '--foreground', '--home', home, '--memory-target', side === 'on' ? TARGET : 'off']
   // The daemon joins the side's cgroup before it execs, so all it charges (its heap, lmdb's pages, the store's) counts.
   const child = spawn('/bin/sh', ['-c', `echo $$ > ${shq(join(cgroupDir, 'cgroup.procs'))} && exec ${daemon.map(shq).join(' ')}`], { env, stdio: ['ignore', 'ignore', 'pipe'] })
-  let log = ''
-  child.stderr!.on('data', (c: Buffer) => { log += c.toString() })
-  const deadline = Date.now() + 30_000
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`layerd exited with ${child.exitCode}: ${log}`)
-    if (existsSync(socketPath(home))) {
-      try { (await ControlClient.connect(socketPath(home), 500)).close(); return child } catch {}
-    }
-    await new Promise(resolve => setTimeout(resolve, 50))
-  }
-  child.kill('SIGKILL')
-  throw new Error(`layerd did not come up: ${log}`)
+  return await awaitDaemonReady(child, home, 30_000)
 }
 
 async function stopDaemon (child: ChildProcess): Promise<void> {

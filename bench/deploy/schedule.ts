@@ -79,12 +79,7 @@ export async function runWithConcurrency<T> (
   return { seconds: (performance.now() - t0) / 1000, timings: timings.sort((a, b) => a.index - b.index) }
 }
 
-/** The q-quantile (0..1) by nearest rank. NaN for no samples. Pure. */
-export function quantile (xs: number[], q: number): number {
-  if (xs.length === 0) return NaN
-  const s = [...xs].sort((a, b) => a - b)
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!
-}
+export { quantile } from '../bench-report.js'
 
 /**
  * Cluster-wide readiness curve: the k-th smallest ready time (seconds

@@ -97,6 +97,9 @@ t.test('ThrottleProxy adds the round-trip time to every request/response exchang
     rtts.push(performance.now() - t0)
   }
   t.ok(rtts[0]! >= 2 * rttMs - 1, `first exchange pays the handshake too (${rtts[0]!.toFixed(1)} ms)`)
-  for (const r of rtts.slice(1)) t.ok(r >= rttMs - 1 && r < rttMs + 40, `exchange took ${r.toFixed(1)} ms for RTT ${rttMs} ms`)
+  for (const r of rtts.slice(1)) t.ok(r >= rttMs - 1, `exchange took ${r.toFixed(1)} ms, at least the RTT of ${rttMs} ms`)
+  // Not much more either: judged on the median, so that one exchange descheduled on a loaded machine does not count.
+  const median = [...rtts.slice(1)].sort((a, b) => a - b)[2]!
+  t.ok(median < rttMs + 40, `median exchange ${median.toFixed(1)} ms for RTT ${rttMs} ms`)
   t.comment(`measured RTTs through the proxy: ${rtts.map(r => r.toFixed(1)).join(', ')} ms`)
 })

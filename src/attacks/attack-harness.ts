@@ -31,6 +31,7 @@ import { createSandbox, type ManagedSandbox } from '../sandbox/create-sandbox.js
 import { driverFor } from '../sandbox/tier-drivers.js'
 import { mountsUnder } from '../host/mount-table.js'
 import { openMemoryNodeDb } from '../state/node-db.js'
+import { resolveSettings } from '../state/settings.js'
 import { openStore } from '../store/open-store.js'
 
 export const ATTACK_IMAGE = 'deb/python:v1'
@@ -142,7 +143,8 @@ export async function startAttackNode (t: Test, name = 'node', opts: { storeDir?
 
 /** Why `tier` cannot run here, or undefined. Async. */
 export async function tierUnavailableReason (tier: Tier): Promise<string | undefined> {
-  return await driverFor(tier).unavailableReason()
+  // The VM tiers find their guest kernel through the settings (LAYERD_VM_KERNEL_DIR, which the kernel fixture sets), as createSandbox does.
+  return await driverFor(tier, { vm: resolveSettings({}).vm }).unavailableReason()
 }
 
 /**

@@ -30,7 +30,7 @@ export const WATCHED_FILES = ['usr/bin/dash', 'usr/bin/bash', 'usr/bin/python3.1
 /** ext4 metadata, the overlay work dir, bundles and logs, on top of the quota. */
 export const STATE_OVERHEAD_BYTES = 24 * 1024 ** 2
 /** Other test jobs write to the same host file system while an attack runs. */
-const HOST_NOISE_BYTES = 512 * 1024 ** 2
+export const HOST_NOISE_BYTES = 512 * 1024 ** 2
 
 export const sha256File = async (p: string): Promise<string> => createHash('sha256').update(await readFile(p)).digest('hex')
 

@@ -180,7 +180,7 @@ t.test('ChunkFetcher.read() fails fast with StoreUnavailableError when the store
   const started = Date.now()
   const err = await fetcher.read(refs, { stats: mount }).catch(e => e)
   t.type(err, StoreUnavailableError)
-  t.ok(Date.now() - started < 1000, 'fails fast')
+  t.ok(Date.now() - started < 5000, 'fails fast (no retries here)')
   t.match(err.message, refs[0]!.digest)
   t.match(err.message, store.url)
   t.match(err.message, 'ECONNREFUSED')
@@ -231,7 +231,7 @@ t.test('ChunkFetcher.read() gives up on a GET that never answers', async t => {
   const err = await fetcher.read(refs).catch(e => e)
   t.type(err, StoreUnavailableError)
   t.match(err.message, /no answer after 100 ms/)
-  t.ok(Date.now() - started < 2000)
+  t.ok(Date.now() - started < 5000, 'gave up, not hung')
 })
 
 t.test('ChunkFetcher demand reads never wait behind queued prefetch', async t => {

@@ -18,9 +18,9 @@ import { connectDaemon } from '../daemon/daemon-launcher.js'
 import { overlayPaths } from '../runtime/overlay/sandbox-overlay.js'
 import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
 import { SandboxRegistry, type SandboxRecord } from '../runtime/sandbox-registry.js'
-import { DEFAULT_LIMITS, type Sandbox, type SandboxLimits, type Tier } from '../runtime/sandbox.js'
-import { openNodeDb } from '../state/node-db.js'
+import { DEFAULT_LIMITS, type Sandbox, type SandboxLimits, type Tier, type TierDriver } from '../runtime/sandbox.js'
 import { resolveSettings } from '../state/settings.js'
+import { leaseNodeDb } from './shared-node-db.js'
 import { driverFor, type DriverOptions } from './tier-drivers.js'
 
 export interface CreateSandboxOptions extends DriverOptions {
@@ -47,6 +47,16 @@ export interface ManagedSandbox extends Sandbox {
   readonly imageMs: number
 }
 
+const readyDrivers = new WeakSet<TierDriver>()
+
+/** Why the driver cannot run here, or undefined; a host found ready is not probed again by this process. */
+async function hostReadiness (driver: TierDriver): Promise<string | undefined> {
+  if (readyDrivers.has(driver)) return undefined
+  const why = await driver.unavailableReason()
+  if (why === undefined) readyDrivers.add(driver)
+  return why
+}
+
 /** Create a sandbox. Async. Throws NotFoundError for an unknown image, UnsupportedError for a tier this host cannot run. */
 export async function createSandbox (opts: CreateSandboxOptions): Promise<ManagedSandbox> {
   const settings = resolveSettings({
@@ -55,7 +65,7 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     ...(opts.s3Endpoint === undefined ? {} : { 's3-endpoint': opts.s3Endpoint })
   })
   const driver = driverFor(opts.tier, { ...opts, vm: opts.vm ?? settings.vm })
-  const why = await driver.unavailableReason()
+  const why = await hostReadiness(driver)
   if (why !== undefined) throw new UnsupportedError(`cannot create a ${opts.tier} sandbox: ${why}`)
   const started = performance.now()
   const daemon = await connectDaemon({ home: settings.home })
@@ -80,8 +90,8 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
   await chmod(join(settings.home, 'sandboxes'), 0o711)
   const stateDir = join(settings.home, 'sandboxes', id)
   await mkdir(stateDir, { mode: 0o700 })
-  const db = openNodeDb(settings.home)
-  const registry = new SandboxRegistry(db)
+  const db = leaseNodeDb(settings.home)
+  const registry = new SandboxRegistry(db.db)
   const record: SandboxRecord = {
     id, tier: opts.tier, image: opts.image, manifest: exposure.manifest, stateDir,
     createdAt: new Date().toISOString(), ownerPid: process.pid, keep: opts.keep === true
@@ -99,12 +109,13 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     daemon.close()
     await cleanupSandbox(record).catch(() => {})
     registry.remove(id)
-    db.close()
+    db.release()
     throw err
   }
   // The daemon's layerd_sandbox_create_duration_seconds: only this process can time the creation. A lost report loses nothing else.
   await daemon.call('sandboxCreated', { tier: opts.tier, seconds: (performance.now() - started) / 1000 }).catch(() => {})
   daemon.close()
+  const linux = opts.tier === 'process' || opts.tier === 'container'
   let destroyed: Promise<void> | undefined
   return {
     id,
@@ -114,7 +125,7 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     config: exposure.config,
     stateDir,
     imageMs: exposure.ms,
-    ...(opts.tier === 'process' || opts.tier === 'container' ? { upperDir: overlayPaths(stateDir).upperDir } : {}),
+    ...(linux ? { upperDir: overlayPaths(stateDir).upperDir } : {}),
     exec: async o => {
       try { return await inner.exec(o) } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOTCONN') {
@@ -127,9 +138,10 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
     destroy: async () => {
       destroyed ??= (async () => {
         await inner.destroy()
-        await cleanupSandbox(record)
+        // The Linux tiers' destroy removes all that cleanupSandbox would (cgroup, runtime state, mounts, files): not twice.
+        if (!linux) await cleanupSandbox(record)
         registry.remove(id)
-        db.close()
+        db.release()
       })()
       await destroyed
     }
