@@ -11,6 +11,7 @@
  * | layer-by-diff/<diff_id hex>  | the TOC digest of a layer pushed from a tar with that diff_id (a hint: verified on use) |
  * | layer-by-blob/<digest hex>   | the TOC digest of a layer pushed from a stored (compressed) blob with that digest, e.g. a registry layer (a hint: verified on use) |
  * | block-views/<manifest hex>   | the digest of that image's block-view manifest (src/daemon/block-views.ts) |
+ * | tar-splits/<diff_id hex>     | zstd(tar split, tar-split.ts): what export needs besides the TOC to write the layer tar with that diff_id byte for byte (verified on use: the tar's sha256) |
  * | traces/<manifest hex>        | that image's published access trace (JSON; published-trace.ts): chunks to prefetch at mount |
  * | gc/leases/<id>               | a writer's lease: gc waits for it (src/store/store-leases.ts) |
  * | gc/condemned/<gc id>         | the objects a running gc is about to delete |
@@ -29,6 +30,7 @@ export const LAYER_BY_DIFF_PREFIX = 'layer-by-diff/'
 export const LAYER_BY_BLOB_PREFIX = 'layer-by-blob/'
 export const BLOCK_VIEWS_PREFIX = 'block-views/'
 export const TRACES_PREFIX = 'traces/'
+export const TAR_SPLITS_PREFIX = 'tar-splits/'
 /** Hints (`layer-by-diff/`, `layer-by-blob/`, …): every key under a prefix starting with this names a TOC digest. */
 export const LAYER_HINT_PREFIX = 'layer-by-'
 /** Garbage collection's coordination objects; never content, never collected as garbage. */
@@ -43,6 +45,8 @@ export const layerKey = (hex: string): string => LAYERS_PREFIX + hex
 export const manifestKey = (hex: string): string => MANIFESTS_PREFIX + hex
 /** Key of the published access trace of the manifest with this sha256 hex. */
 export const traceKey = (manifestHex: string): string => TRACES_PREFIX + manifestHex
+/** Key of the tar split (tar-split.ts) of the layer tar whose diff_id has this sha256 hex. */
+export const tarSplitKey = (diffHex: string): string => TAR_SPLITS_PREFIX + diffHex
 export const layerByDiffKey = (diffHex: string): string => LAYER_BY_DIFF_PREFIX + diffHex
 /** Key of the hint for the layer whose stored blob (OCI descriptor digest: compressed bytes) has this sha256 hex. */
 export const layerByBlobKey = (blobHex: string): string => LAYER_BY_BLOB_PREFIX + blobHex

@@ -41,7 +41,7 @@ const DELETE_CONCURRENCY = 16
 const LEASE_POLL_MS = 200
 
 /** Deletion order: what names others goes first, so a gc that dies midway leaves only unreferenced objects. */
-const DELETE_ORDER: ObjectKind[] = ['manifest', 'block-view', 'trace', 'hint', 'toc', 'blob-index', 'blob', 'other']
+const DELETE_ORDER: ObjectKind[] = ['manifest', 'block-view', 'trace', 'hint', 'tar-split', 'toc', 'blob-index', 'blob', 'other']
 
 export interface StoreGcOptions {
   dryRun?: boolean

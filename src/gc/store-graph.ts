@@ -2,7 +2,8 @@
  * The store's reference graph, for garbage collection and `layerctl df`:
  * from the roots (refs and their history, block-view pointers of kept
  * manifests, recent objects) to manifests, layer TOCs and blobs, and the
- * hints and blob indexes that live and die with what they point at.
+ * hints, blob indexes and tar splits that live and die with what they
+ * point at (a tar split with a TOC of its diff_id).
  *
  * Content-addressed objects never change, so their decoded references are
  * cached: gc marks twice (before and after waiting for leases), and the
@@ -13,17 +14,17 @@
 import { NotFoundError } from '../errors.js'
 import { digestHex, isDigest, isHex256, type Digest } from '../format/digest.js'
 import {
-  BLOB_INDEX_PREFIX, BLOBS_PREFIX, BLOCK_VIEWS_PREFIX, GC_PREFIX, LAYER_HINT_PREFIX, LAYERS_PREFIX, MANIFESTS_PREFIX, REFS_PREFIX, TRACES_PREFIX, traceKey,
-  blobKey, layerKey, manifestKey
+  BLOB_INDEX_PREFIX, BLOBS_PREFIX, BLOCK_VIEWS_PREFIX, GC_PREFIX, LAYER_HINT_PREFIX, LAYERS_PREFIX, MANIFESTS_PREFIX, REFS_PREFIX, TAR_SPLITS_PREFIX, TRACES_PREFIX, traceKey,
+  blobKey, layerKey, manifestKey, tarSplitKey
 } from '../format/keys.js'
 import { decodeRefRecord } from '../format/manifest.js'
 import { getManifest, getToc } from '../image/metadata-objects.js'
 import type { ListedObject, ObjectStore } from '../store/object-store.js'
 
 /** What an object is, by its key. */
-export type ObjectKind = 'blob' | 'blob-index' | 'toc' | 'manifest' | 'ref' | 'block-view' | 'trace' | 'hint' | 'other'
+export type ObjectKind = 'blob' | 'blob-index' | 'toc' | 'manifest' | 'ref' | 'block-view' | 'trace' | 'hint' | 'tar-split' | 'other'
 
-export const OBJECT_KINDS: readonly ObjectKind[] = ['blob', 'blob-index', 'toc', 'manifest', 'ref', 'block-view', 'trace', 'hint', 'other']
+export const OBJECT_KINDS: readonly ObjectKind[] = ['blob', 'blob-index', 'toc', 'manifest', 'ref', 'block-view', 'trace', 'hint', 'tar-split', 'other']
 
 export function kindOf (key: string): ObjectKind {
   if (key.startsWith(BLOBS_PREFIX)) return 'blob'
@@ -34,6 +35,7 @@ export function kindOf (key: string): ObjectKind {
   if (key.startsWith(BLOCK_VIEWS_PREFIX)) return 'block-view'
   if (key.startsWith(TRACES_PREFIX)) return 'trace'
   if (key.startsWith(LAYER_HINT_PREFIX)) return 'hint'
+  if (key.startsWith(TAR_SPLITS_PREFIX)) return 'tar-split'
   return 'other'
 }
 
@@ -45,6 +47,7 @@ export async function inventory (store: Pick<ObjectStore, 'listObjects'>): Promi
 }
 
 interface TocRefs {
+  diffId: string
   blobs: string[]
   /** Per blob: compressed bytes of the distinct chunks this TOC uses in it, by chunk offset. */
   chunks: Map<string, Map<number, number>>
@@ -103,6 +106,8 @@ export class StoreGraph {
       live.add(key)
       liveTocs.add(digest)
       for (const b of refs.blobs) { live.add(blobKey(b)); live.add(BLOB_INDEX_PREFIX + b) }
+      // The layer's tar split lives while a TOC of that tar does.
+      if (isDigest(refs.diffId)) { const split = tarSplitKey(digestHex(refs.diffId)); if (objects.has(split)) live.add(split) }
     }
     const markManifest = async (digest: Digest): Promise<void> => {
       const key = manifestKey(digestHex(digest))
@@ -206,7 +211,7 @@ export class StoreGraph {
       }
       let fileBytes = 0
       for (const e of toc.entries) fileBytes += e.size
-      const refs: TocRefs = { blobs: toc.blobs, chunks, plain, fileBytes }
+      const refs: TocRefs = { diffId: toc.diffId, blobs: toc.blobs, chunks, plain, fileBytes }
       this.#tocs.set(digest, refs)
       return refs
     } catch (err) {

@@ -1,8 +1,8 @@
 /**
  * The format's identity, pinned: a push of a code-built layer (fixed
  * mtimes, seeded content) must give these exact objects. A change to the
- * TOC encoding, the manifest, chunking, blob packing or metadata
- * compression changes a digest here, so it cannot go unnoticed: if the
+ * TOC encoding, the manifest, the tar split, chunking, blob packing or
+ * metadata compression changes a digest here, so it cannot go unnoticed: if the
  * change is meant, it is a format change (TOC_VERSION, a migration story),
  * and these numbers are updated with it. Chunk digests of seeded bytes are
  * pinned in src/format/chunker.test.ts.
@@ -29,6 +29,8 @@ const PINNED = {
   tocBytes: 31547,
   tocCounts: { entries: 40, chunks: 237, blobs: 1 },
   manifest: 'sha256:543a1641b7bccf146a42ebaa57b5d65d0559551882fd98ee0b6b29c5336e7c24',
+  /** sha256 of the stored tar split (zstd of src/format/tar-split.ts's encoding): what export needs to write the tar again. */
+  tarSplit: '9454ebb33955fd524ee742938496ae4b78b772cde862311a25964e87bc0bfdcc',
   /** Every object the push writes. */
   keys: [
     'blob-index/6c86c364a6d3a34e28f08ea37c4ad7cb92344be5f32238bcac2c67aea585cab0',
@@ -36,7 +38,8 @@ const PINNED = {
     'layer-by-diff/8ed63cd7ea8c167478f0090f2ecbe3a31c475d0394fe251ae70abb4d8456b055',
     'layers/3691e2fd11b7097fb5eb16c493f317a3002251587597bceaf024580ee27f4d5d',
     'manifests/543a1641b7bccf146a42ebaa57b5d65d0559551882fd98ee0b6b29c5336e7c24',
-    'refs/pin%2Fsample/v1'
+    'refs/pin%2Fsample/v1',
+    'tar-splits/8ed63cd7ea8c167478f0090f2ecbe3a31c475d0394fe251ae70abb4d8456b055'
   ]
 }
 
@@ -58,5 +61,6 @@ for (const workers of [0, 2]) {
     const keys: string[] = []
     for await (const k of store.list('')) keys.push(k)
     t.same(keys.sort(), PINNED.keys)
+    t.equal(createHash('sha256').update(await store.get(PINNED.keys.at(-1)!)).digest('hex'), PINNED.tarSplit)
   })
 }

@@ -25,6 +25,7 @@ import { ChunkIndex } from './chunk-index.js'
 import type { LayerWriteStats, PushSession } from './layer-writer.js'
 import { encodeManifestObject } from './metadata-objects.js'
 import { pushLayer } from './push-layer.js'
+import { storeTarSplit } from './tar-splits.js'
 import { updateRef } from './refs.js'
 import { guardReusedImage } from './reuse-guard.js'
 import { withStoreLease, type StoreLease } from '../store/store-leases.js'
@@ -142,6 +143,9 @@ async function pushLeased (source: ImageSource, ref: ImageRef, opts: PushOptions
         onProgress: bytes => opts.progress?.layerBytes?.(i, bytes)
       })
       metadataBytes += tocBytesWritten
+      // What export needs to write this tar again byte for byte; written before the hints that name the layer.
+      const split = layer.tarSplit?.()
+      if (split !== undefined) metadataBytes += await storeTarSplit(store, lease, toc, split)
       await recordLayerByDiffId(store, toc.diffId as Digest, digest)
       // Recorded only now: reading the layer verified its blob against this digest.
       if (layer.declaredBlobDigest !== undefined) await recordLayerByBlob(store, layer.declaredBlobDigest, digest)

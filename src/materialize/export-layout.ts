@@ -3,16 +3,22 @@
  * an image out of the store as a standard image, with one layer per stored
  * layer, so no image is locked in.
  *
- * Each layer is written as its own uncompressed tar from its TOC, in TOC
- * (original tar) order, with every attribute kept (as the rootfs export
- * does) and real whiteouts: a `whiteout` entry becomes `DIR/.wh.NAME`, an
- * `opaque` one `DIR/.wh..wh..opq`, hardlinks stay tar hardlinks. The config
- * is the original one, except `rootfs.diff_ids`, which name the tars
- * written (they differ from the source's tars byte for byte, though not in
- * content: a tar writer's choices are not recorded). The output is
- * deterministic: exporting the same image twice gives the same bytes, so
- * export → push → export is a fixed point, and pushing an export again
- * gives the same manifest digest.
+ * Each layer is written as its own uncompressed tar. When the store holds
+ * the layer's tar split (src/format/tar-split.ts: every byte of the pushed
+ * tar but file content, which push keeps for every tar source), that is
+ * the original tar, byte for byte: its digest is the source's diff_id,
+ * checked as it is written. So an image pushed from a registry or a layout
+ * and exported has the source's config diff_ids, and pushing the export
+ * gives the same manifest digest in the store (its layers are found by
+ * diff_id). Without a split (an image pushed from a directory, or before
+ * splits existed) the tar is written from the TOC, in TOC (original tar)
+ * order, with every attribute kept (as the rootfs export does) and real
+ * whiteouts: a `whiteout` entry becomes `DIR/.wh.NAME`, an `opaque` one
+ * `DIR/.wh..wh..opq`, hardlinks stay tar hardlinks; the same content, but
+ * not the same bytes (`exact: false` in the result). The config is the
+ * original one, except `rootfs.diff_ids`, which name the tars written. The
+ * output is deterministic: exporting the same image twice gives the same
+ * bytes, so export → push → export is a fixed point.
  *
  * - `oci`: an OCI image layout directory (`oci-layout`, `index.json`,
  *   `blobs/sha256/`), the image tagged with the ref's tag
@@ -35,10 +41,11 @@ import { once } from 'node:events'
 import { basename, dirname, join } from 'node:path'
 import { Transform, type Writable } from 'node:stream'
 import { finished } from 'node:stream/promises'
-import { BadInputError } from '../errors.js'
+import { BadInputError, CorruptObjectError } from '../errors.js'
 import { sha256Digest, type Digest } from '../format/digest.js'
 import type { ImageRef } from '../format/ref.js'
 import { encodeTarHeader, padding, TAR_END } from '../format/tar-header.js'
+import { contentEntries, type TarSplit } from '../format/tar-split.js'
 import type { LayerToc, TocEntry } from '../format/toc.js'
 import type { LoadedImage } from '../image/load-image.js'
 import type { ChunkBatchReader } from './chunk-batch-reader.js'
@@ -55,7 +62,13 @@ export interface ImageExportResult {
   /** Digest of the OCI manifest written (also for docker-archive, where it is not stored). */
   manifest: Digest
   config: Digest
-  layers: Array<{ digest: Digest, size: number }>
+  /** `exact`: the layer tar is the pushed one, byte for byte (its digest is the source's diff_id), rebuilt from its tar split. */
+  layers: Array<{ digest: Digest, size: number, exact: boolean }>
+}
+
+export interface ImageExportOptions {
+  /** The stored tar split of a layer, if any (src/image/tar-splits.ts: loadTarSplit); without it, every tar is written from its TOC. */
+  tarSplit?: (toc: LayerToc) => Promise<TarSplit | undefined>
 }
 
 const OCI_MANIFEST = 'application/vnd.oci.image.manifest.v1+json'
@@ -87,20 +100,25 @@ export function layerTarItems (toc: LayerToc): WalkItem[] {
  * exist. Async. Throws BadInputError when `output` exists, and the chunk
  * reader's errors; leaves nothing behind on failure.
  */
-export async function exportImageLayout (image: LoadedImage, ref: ImageRef, reader: ChunkBatchReader, format: ImageExportFormat, output: string): Promise<ImageExportResult> {
+export async function exportImageLayout (image: LoadedImage, ref: ImageRef, reader: ChunkBatchReader, format: ImageExportFormat, output: string, opts: ImageExportOptions = {}): Promise<ImageExportResult> {
   if (await stat(output).then(() => true, () => false)) throw new BadInputError(`cannot export to ${output}: it exists`)
   const tmp = join(dirname(output), `.${basename(output)}.tmp-${process.pid}-${Date.now()}`)
   await mkdir(join(tmp, 'blobs', 'sha256'), { recursive: true })
   try {
-    const layers: Array<{ digest: Digest, size: number }> = []
-    for (const toc of image.tocs) layers.push(await writeLayerBlob(toc, reader, tmp))
+    const layers: ImageExportResult['layers'] = []
+    for (const [i, toc] of image.tocs.entries()) {
+      const split = await opts.tarSplit?.(toc)
+      const written = await writeLayerBlob(toc, reader, tmp, split === undefined ? undefined : { split, layer: `layer ${i + 1} of ${image.tocs.length}` })
+      layers.push({ ...written, exact: split !== undefined })
+    }
+    const descriptors = layers.map(l => ({ digest: l.digest, size: l.size }))
     const config = { ...image.manifest.config, rootfs: { type: 'layers' as const, diff_ids: layers.map(l => l.digest) } }
     const configBlob = await writeBlob(tmp, Buffer.from(JSON.stringify(config)))
     const manifest = {
       schemaVersion: 2,
       mediaType: OCI_MANIFEST,
       config: { mediaType: OCI_CONFIG, ...configBlob },
-      layers: layers.map(l => ({ mediaType: OCI_LAYER_TAR, ...l }))
+      layers: descriptors.map(l => ({ mediaType: OCI_LAYER_TAR, ...l }))
     }
     const manifestBlob = await writeBlob(tmp, Buffer.from(JSON.stringify(manifest)))
     const repoTag = `${ref.name}:${ref.tag}`
@@ -156,10 +174,12 @@ async function writeBlob (dir: string, bytes: Buffer): Promise<{ digest: Digest,
   return { digest, size: bytes.length }
 }
 
-/** One layer's tar into `dir/blobs/sha256/`, hashed as it is written. */
-async function writeLayerBlob (toc: LayerToc, reader: ChunkBatchReader, dir: string): Promise<{ digest: Digest, size: number }> {
-  const items = layerTarItems(toc)
-  const pipeline = new ContentPipeline(reader, contentsOf(items))
+/**
+ * One layer's tar into `dir/blobs/sha256/`, hashed as it is written: the
+ * original tar from its split when given (its digest must be the TOC's
+ * diff_id: CorruptObjectError otherwise), else written from the TOC.
+ */
+async function writeLayerBlob (toc: LayerToc, reader: ChunkBatchReader, dir: string, original?: { split: TarSplit, layer: string }): Promise<{ digest: Digest, size: number }> {
   const partial = join(dir, `.layer-${process.hrtime.bigint()}`)
   const file = createWriteStream(partial, { flags: 'wx', mode: 0o644 })
   const hash = createHash('sha256')
@@ -169,7 +189,11 @@ async function writeLayerBlob (toc: LayerToc, reader: ChunkBatchReader, dir: str
   })
   hashing.pipe(file)
   try {
-    await writeTar(items, pipeline, hashing)
+    if (original !== undefined) await writeSplitTar(toc, original.split, reader, hashing)
+    else {
+      const items = layerTarItems(toc)
+      await writeTar(items, new ContentPipeline(reader, contentsOf(items)), hashing)
+    }
     hashing.end()
     await finished(file)
   } catch (err) {
@@ -178,8 +202,31 @@ async function writeLayerBlob (toc: LayerToc, reader: ChunkBatchReader, dir: str
     throw err
   }
   const digest: Digest = `sha256:${hash.digest('hex')}`
+  if (original !== undefined && digest !== toc.diffId) {
+    await rm(partial, { force: true })
+    throw new CorruptObjectError(`${original.layer}: the tar rebuilt from its tar split has digest ${digest}, not the layer's diff_id ${toc.diffId} (a corrupt tar-splits/ object)`)
+  }
   await rename(partial, blobFile(dir, digest))
   return { digest, size }
+}
+
+/** The original tar: the split's raw runs, with the TOC's file contents in its holes. Does not end `out`. */
+async function writeSplitTar (toc: LayerToc, split: TarSplit, reader: ChunkBatchReader, out: Writable): Promise<void> {
+  const write = async (b: Uint8Array): Promise<void> => { if (b.length > 0 && !out.write(b)) await once(out, 'drain') }
+  const files = contentEntries(toc)
+  const pipeline = new ContentPipeline(reader, files.map(e => ({ toc, spans: e.spans ?? [] })))
+  for (const [i, raw] of split.raw.entries()) {
+    await write(raw)
+    const file = files[i]
+    if (file === undefined) continue
+    let written = 0
+    for (let n = ContentPipeline.pieces(file.spans ?? []); n > 0; n--) {
+      const piece = await pipeline.next()
+      written += piece.length
+      await write(piece)
+    }
+    if (written !== split.holes[i]) throw new Error(`internal: ${JSON.stringify(file.path)} produced ${written} bytes for a hole of ${split.holes[i]}`)
+  }
 }
 
 type ArchiveMember = { name: string, bytes: Buffer } | { name: string, file: string } | { name: string, dir: true }

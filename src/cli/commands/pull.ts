@@ -49,15 +49,20 @@ async function exportImageFormat (ctx: CommandContext, values: CommandArgs['valu
     throw new UsageError(`export --format takes NAME:TAG and -o PATH; usage: ${usage}`)
   }
   const ref = parseRef(positionals[0]!)
-  const [{ loadImage }, { ChunkFetcher }, { MemoryChunkCache }] = await Promise.all([
-    import('../../image/load-image.js'), import('../../cache/chunk-fetcher.js'), import('../../cache/memory-chunk-cache.js')])
+  const [{ loadImage }, { loadTarSplit }, { ChunkFetcher }, { MemoryChunkCache }] = await Promise.all([
+    import('../../image/load-image.js'), import('../../image/tar-splits.js'), import('../../cache/chunk-fetcher.js'), import('../../cache/memory-chunk-cache.js')])
   const store = ctx.store()
   const image = await loadImage(store, ref)
   const fetcher = new ChunkFetcher(store, new MemoryChunkCache())
   try {
-    const r = await exportImageLayout(image, ref, fetcher, format as typeof IMAGE_EXPORT_FORMATS[number], absolute(values.output))
+    const r = await exportImageLayout(image, ref, fetcher, format as typeof IMAGE_EXPORT_FORMATS[number], absolute(values.output), {
+      tarSplit: async toc => await loadTarSplit(store, toc)
+    })
     const bytes = r.layers.reduce((n, l) => n + l.size, 0)
-    ctx.out(ctx.json ? JSON.stringify(r) : `exported ${positionals[0]} as ${format} ${r.path}: ${r.layers.length} layer(s), ${formatBytes(bytes)}; manifest ${r.manifest}`)
+    const exact = r.layers.filter(l => l.exact).length
+    ctx.out(ctx.json
+      ? JSON.stringify(r)
+      : `exported ${positionals[0]} as ${format} ${r.path}: ${r.layers.length} layer(s), ${formatBytes(bytes)}, ${exact === r.layers.length ? 'every layer its original tar, byte for byte' : `${exact} of ${r.layers.length} layer(s) their original tar (the others written from the TOC)`}; manifest ${r.manifest}`)
   } finally {
     await fetcher.close()
   }

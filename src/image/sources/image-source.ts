@@ -10,6 +10,7 @@
  */
 import type { Digest } from '../../format/digest.js'
 import type { OciImageConfig } from '../../format/manifest.js'
+import type { TarSplit } from '../../format/tar-split.js'
 import type { TocEntry } from '../../format/toc.js'
 
 export type ImageSourceKind = 'oci-layout' | 'oci-archive' | 'docker-archive' | 'rootfs-tar' | 'directory' | 'registry'
@@ -69,6 +70,14 @@ export interface LayerSource {
    * to skip a layer the store already holds. Reading still verifies it.
    */
   readonly declaredBlobDigest?: Digest
+  /**
+   * Tar sources: what the TOC does not keep of the layer's tar (headers,
+   * padding, the end marker, trailing bytes: src/format/tar-split.ts), once
+   * `entries()` has been read to the end, so that export can rebuild the
+   * tar byte for byte. Undefined before that, for a layer too large to keep
+   * it for, and for directory sources.
+   */
+  tarSplit?: () => TarSplit | undefined
 }
 
 /** Where an image came from, as `layerctl inspect` shows it. */

@@ -19,6 +19,7 @@ import { pipeline } from 'node:stream/promises'
 import tarStream from 'tar-stream'
 import { BadInputError, LayerdError, LimitExceededError, UsageError } from '../../errors.js'
 import type { Digest } from '../../format/digest.js'
+import { TarSplitBuilder, type TarSplit } from '../../format/tar-split.js'
 import { COMPRESSION_MAGIC_BYTES, describeDecompressError, detectCompression, gunzipStream, zstdDecompress, type Compression } from './decompress.js'
 import { EntryBody, type PausableStream } from './entry-body.js'
 import type { LayerEntry, LayerSource } from './image-source.js'
@@ -45,6 +46,13 @@ export interface TarLayerInput {
 /** Read size for layer files: fewer, larger reads (the stored bytes are consumed at once by the decompressor). */
 export const LAYER_READ_BYTES = 1024 * 1024
 
+/**
+ * Raw (non-content) tar bytes a layer's split may keep: about 1 KiB per
+ * entry, so 64 MiB is some 60,000 entries; a layer with more gets no split
+ * and exports as a tar written from its TOC.
+ */
+export const MAX_TAR_SPLIT_RAW_BYTES = 64 * 1024 * 1024
+
 /** Sentinel: the extract was closed (by the consumer or by its own error) while the pump was writing. */
 const EXTRACT_CLOSED = new Error('tar extract closed')
 
@@ -64,6 +72,7 @@ export class TarLayerSource implements LayerSource {
   #started = false
   #diffId: Digest | undefined
   #pumpError: unknown
+  #split: TarSplitBuilder | undefined
 
   constructor (input: TarLayerInput, ctx: IngestContext) {
     this.name = input.name
@@ -81,6 +90,11 @@ export class TarLayerSource implements LayerSource {
     return this.#diffId
   }
 
+  /** See {@link LayerSource.tarSplit}. */
+  tarSplit (): TarSplit | undefined {
+    return this.#diffId === undefined ? undefined : this.#split?.result()
+  }
+
   /** See {@link LayerSource.entries}. An entry's unread content is drained when the next entry is requested. */
   async * entries (): AsyncGenerator<LayerEntry> {
     if (this.#started) throw new UsageError(`${this.name}: entries() can be read only once`)
@@ -88,7 +102,8 @@ export class TarLayerSource implements LayerSource {
     const extract = tarStream.extract({ allowUnknownFormat: true } as Parameters<typeof tarStream.extract>[0])
     const iterator = extract[Symbol.asyncIterator]()
     extract.on('error', () => {}) // surfaced through the iterator
-    const guard = new TarFramingGuard({ layerName: this.name, maxEntryBytes: this.#ctx.limits.maxEntryBytes, warn: m => this.#ctx.notice(m) })
+    this.#split = new TarSplitBuilder(MAX_TAR_SPLIT_RAW_BYTES)
+    const guard = new TarFramingGuard({ layerName: this.name, maxEntryBytes: this.#ctx.limits.maxEntryBytes, warn: m => this.#ctx.notice(m), split: this.#split })
     const policy = new LayerPolicy(this.name, this.#ctx)
     const diffHash = createHash('sha256')
     const abort = new AbortController()

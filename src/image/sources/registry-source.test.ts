@@ -3,7 +3,9 @@
  * loopback (plain HTTP; one registry for the whole file): the Debian python
  * image exports exactly as its source tree (fs and S3 stores), inspect
  * shows where it came from, a second push downloads no layer blob (the
- * registry's log), layer-by-blob hints are recorded, and an index with two
+ * registry's log), layer-by-blob hints are recorded, export then push gives
+ * the same manifest digest (each exported layer is the registry layer's
+ * uncompressed tar, byte for byte), and an index with two
  * platforms picks this host's image, `--platform` the other, attestations
  * skipped.
  */
@@ -19,7 +21,12 @@ import { layerByBlobKey } from '../../format/keys.js'
 import { parseRef } from '../../format/ref.js'
 import { openMemoryNodeDb } from '../../state/node-db.js'
 import { openStore } from '../../store/open-store.js'
+import { ChunkFetcher } from '../../cache/chunk-fetcher.js'
+import { MemoryChunkCache } from '../../cache/memory-chunk-cache.js'
+import { exportImageLayout } from '../../materialize/export-layout.js'
+import { loadImage } from '../load-image.js'
 import { pushImage } from '../push.js'
+import { loadTarSplit } from '../tar-splits.js'
 
 const images = await ensureDebianImages()
 const python = images.images['python-v1']
@@ -54,6 +61,19 @@ t.test('layerctl push docker:// (plain HTTP) exports exactly; inspect names the 
   const reqs = (await registry.requests()).slice(before)
   t.ok(reqs.some(r => r.uri.includes('/manifests/')) && reqs.some(r => r.uri.endsWith(`/blobs/${python.configDigest}`)), 'only the manifest and config were fetched')
   t.equal(first.stdout.split('\n').at(-2)!.split(' ')[1], second.stdout.split('\n').at(-2)!.split(' ')[1], 'same manifest digest')
+
+  // The round trip: out of the store and in again, the registry image is the same image.
+  const pushedManifest = JSON.parse((await node.layerctl('inspect', 'deb/python:v1', '--json')).stdout).manifest
+  for (const [format, back] of [['oci', (p: string) => `oci:${p}:v1`], ['docker-archive', (p: string) => `docker-archive:${p}`]] as const) {
+    const out = join(work, `registry-export.${format}`)
+    const exported = await node.layerctl('export', 'deb/python:v1', '--format', format, '-o', out, '--json')
+    t.equal(exported.code, 0, exported.stderr)
+    t.same(JSON.parse(exported.stdout).layers.map((l: { digest: string }) => l.digest), python.layers.map(l => l.diffId),
+      `export --format ${format}: each layer is the registry layer's tar, byte for byte (the source config's diff_ids)`)
+    const again = await node.layerctl('push', back(out), `deb/python:${format}-back`, '--json')
+    t.equal(again.code, 0, again.stderr)
+    t.equal(JSON.parse(again.stdout).manifest, pushedManifest, `push of the ${format} export gives the registry push's manifest digest`)
+  }
 })
 
 t.test('push docker:// into the S3 store (s3rver) exports exactly', async t => {
@@ -61,9 +81,19 @@ t.test('push docker:// into the S3 store (s3rver) exports exactly', async t => {
   t.teardown(() => s3.stop())
   const store = openStore(`s3://${s3.bucket}/layerd`, { s3Endpoint: s3.endpoint })
   t.teardown(() => store.close())
-  await pushImage(src, parseRef('deb/python:v1'), { store, db: openMemoryNodeDb(), registry: { env: {}, tlsVerify: false } })
+  const db = openMemoryNodeDb()
+  const pushed = await pushImage(src, parseRef('deb/python:v1'), { store, db, registry: { env: {}, tlsVerify: false } })
   const { diff, paths } = await exportDiff(store, 'deb/python:v1', python.rootfs, work)
   t.same(diff, [], `export from S3 equals the source tree (${paths} paths)`)
+
+  const fetcher = new ChunkFetcher(store, new MemoryChunkCache())
+  t.teardown(() => fetcher.close())
+  const out = join(work, 's3-export.oci')
+  const exported = await exportImageLayout(await loadImage(store, 'deb/python:v1'), parseRef('deb/python:v1'), fetcher, 'oci', out,
+    { tarSplit: async toc => await loadTarSplit(store, toc) })
+  t.same(exported.layers.map(l => l.digest), python.layers.map(l => l.diffId), 'the image itself out of S3: the registry layers\' tars, byte for byte')
+  const back = await pushImage(`oci:${out}:v1`, parseRef('deb/python:back'), { store, db })
+  t.equal(back.manifest, pushed.manifest, 'and pushed back, the same manifest digest')
 })
 
 t.test('an index with two platforms: this host gets its image, --platform the other, attestations skipped', async t => {

@@ -17,12 +17,14 @@
  * May import: src/errors.ts, tar-header.ts.
  */
 import { BadInputError, LimitExceededError } from '../../errors.js'
+import type { TarSplitBuilder } from '../../format/tar-split.js'
 import { TAR_BLOCK_BYTES, TarHeaderDecoder, TarSyntaxError, paddedSize, type TarMember } from './tar-header.js'
 
 type State =
   | { at: 'header' }
   | { at: 'extension', bytes: number, padded: number }
-  | { at: 'data', member: TarMember, end: number }
+  /** `contentEnd`: where a recorded file's content ends (its padding, up to `end`, is kept raw). */
+  | { at: 'data', member: TarMember, end: number, contentEnd?: number }
   | { at: 'trailer' }
 
 export interface FramingOptions {
@@ -30,6 +32,12 @@ export interface FramingOptions {
   layerName: string
   maxEntryBytes: number
   warn: (message: string) => void
+  /**
+   * Records the tar split (src/format/tar-split.ts): every byte seen but
+   * the content of regular files with a non-zero size (except `.wh.*`
+   * markers, whose content no TOC keeps), which become holes.
+   */
+  split?: TarSplitBuilder
 }
 
 export class TarFramingGuard {
@@ -63,15 +71,23 @@ export class TarFramingGuard {
       const s = this.#state
       if (s.at === 'trailer') {
         if (forwardEnd === chunk.length) forwardEnd = pos
+        this.#opts.split?.raw(chunk.subarray(pos))
         for (let i = pos; i < chunk.length; i++) if (chunk[i] !== 0) this.#trailingNonZero++
         pos = chunk.length
       } else if (s.at === 'data') {
         const take = Math.min(chunk.length - pos, s.end - (start + pos))
+        const split = this.#opts.split
+        if (split !== undefined) {
+          // Content (up to contentEnd) is a hole; padding, and the data of anything else, is kept.
+          const keepFrom = s.contentEnd === undefined ? pos : Math.min(pos + take, Math.max(pos, s.contentEnd - start))
+          if (keepFrom < pos + take) split.raw(chunk.subarray(keepFrom, pos + take))
+        }
         pos += take
         if (start + pos === s.end) this.#state = { at: 'header' }
       } else {
         const want = s.at === 'header' ? TAR_BLOCK_BYTES : s.padded
         const take = Math.min(chunk.length - pos, want - this.#pendingBytes)
+        this.#opts.split?.raw(chunk.subarray(pos, pos + take))
         this.#pending.push(chunk.subarray(pos, pos + take))
         this.#pendingBytes += take
         pos += take
@@ -145,7 +161,13 @@ export class TarFramingGuard {
       throw new LimitExceededError(`${this.#opts.layerName}: entry ${JSON.stringify(m.name)} at offset ${offset} declares ${m.size} bytes, above the limit of ${this.#opts.maxEntryBytes}`)
     }
     this.#members.push(m)
-    this.#state = m.size > 0 ? { at: 'data', member: m, end: m.dataOffset + paddedSize(m.size) } : { at: 'header' }
+    const end = m.dataOffset + paddedSize(m.size)
+    if (m.size > 0 && this.#opts.split !== undefined && m.kind === 'file' && !isMarkerName(m.name)) {
+      this.#opts.split.hole(m.size)
+      this.#state = { at: 'data', member: m, end, contentEnd: m.dataOffset + m.size }
+    } else {
+      this.#state = m.size > 0 ? { at: 'data', member: m, end } : { at: 'header' }
+    }
   }
 
   #onExtension (body: Uint8Array): void {
@@ -157,4 +179,10 @@ export class TarFramingGuard {
     if (err instanceof TarSyntaxError) return new BadInputError(`${this.#opts.layerName}: ${err.message}`, { cause: err })
     return err as Error
   }
+}
+
+/** A `.wh.*` name (whiteout, opaque or aufs marker): no TOC entry keeps such a file's content. */
+function isMarkerName (name: string): boolean {
+  const trimmed = name.endsWith('/') ? name.replace(/\/+$/, '') : name
+  return trimmed.slice(trimmed.lastIndexOf('/') + 1).startsWith('.wh.')
 }
