@@ -79,6 +79,8 @@ interface PeakBreakdown {
   usage: number
   cache: number
   rss: number
+  /** Kernel memory charged to the side (memory.kmem.usage_in_bytes: dentries, inodes, page tables; v1 counts it in usage). */
+  kmem: number
   mappedFile: number
   daemonCache: number
   daemonRss: number
@@ -98,6 +100,8 @@ interface SideResult {
   chunkHits: number
   chunkMisses: number
   reclaimPasses: number
+  /** Full GCs the reclaimer ran because ArrayBuffers grew while over the target. */
+  collections: number
   filesDropped: number
   /** layerd's own page-cache copies dropped (src/daemon/page-copies.ts): the store's bytes, and flush-and-drops of the chunk cache file. */
   storeBytesDropped: number
@@ -160,7 +164,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
   const env = { ...process.env, LAYERD_HOME: home, LAYERD_STORE: storeUrl }
   const nodeUsedAtStartBytes = meminfoUsed()
   let peakNodeUsedBytes = nodeUsedAtStartBytes
-  let sampledPeak: PeakBreakdown = { usage: 0, cache: 0, rss: 0, mappedFile: 0, daemonCache: 0, daemonRss: 0, sandboxCache: 0, sandboxRss: 0 }
+  let sampledPeak: PeakBreakdown = { usage: 0, cache: 0, rss: 0, kmem: 0, mappedFile: 0, daemonCache: 0, daemonRss: 0, sandboxCache: 0, sandboxRss: 0 }
   const sampler = setInterval(() => {
     peakNodeUsedBytes = Math.max(peakNodeUsedBytes, meminfoUsed())
     const usage = Number(readFileSync(join(cgroupDir, 'memory.usage_in_bytes'), 'utf8'))
@@ -173,6 +177,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
         usage,
         cache,
         rss,
+        kmem: Number(readFileSync(join(cgroupDir, 'memory.kmem.usage_in_bytes'), 'utf8')),
         mappedFile: field('total_mapped_file'),
         daemonCache: field('cache'),
         daemonRss: field('rss'),
@@ -244,6 +249,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
       chunkHits: stats.cache.hits,
       chunkMisses: stats.cache.misses,
       reclaimPasses: stats.memory.reclaim?.passes ?? 0,
+      collections: stats.memory.reclaim?.collections ?? 0,
       filesDropped: stats.memory.reclaim?.filesDropped ?? 0,
       storeBytesDropped: stats.memory.reclaim?.storeBytesDropped ?? 0,
       cacheFileDrops: stats.memory.reclaim?.cacheFileDrops ?? 0,
@@ -300,11 +306,13 @@ async function main (): Promise<void> {
         row('workload cgroup once all tasks finished (MB)', r => r.cgroupAtEndBytes, 1, MB),
         row('chunk cache file (data.mdb) in the page cache then (MB)', r => r.cacheFileResidentBytes, 1, MB),
         row('reclaim passes', r => r.reclaimPasses, 0),
+        row('collections (GCs on ArrayBuffer growth over the target)', r => r.collections, 0),
         row('image files whose page cache was dropped', r => r.filesDropped, 0),
         row('store reads\' pages dropped (MB)', r => r.storeBytesDropped, 1, MB),
         row('chunk cache file flushed and dropped after commits (times)', r => r.cacheFileDrops, 0),
         row('at the highest 10 Hz sample: page cache (MB)', r => r.atPeak.cache, 1, MB),
         row('at the highest 10 Hz sample: anonymous (MB)', r => r.atPeak.rss, 1, MB),
+        row('at the highest 10 Hz sample: kernel memory (dentries, inodes, page tables) (MB)', r => r.atPeak.kmem, 1, MB),
         row('… page cache charged to layerd (lmdb, store) (MB)', r => r.atPeak.daemonCache, 1, MB),
         row('… page cache charged to the sandboxes (FUSE files) (MB)', r => r.atPeak.sandboxCache, 1, MB),
         row('… layerd\'s anonymous memory (MB)', r => r.atPeak.daemonRss, 1, MB),

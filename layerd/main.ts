@@ -35,6 +35,8 @@ import { HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV } from '../src/holder/fd-stor
 
 /** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
 const MALLOC_ARENAS = 2
+/** Allocations this big (range GETs' buffers, up to 8 MiB) get their own mmap, given back at free(), not kept in an arena until a trim. */
+const MALLOC_MMAP_THRESHOLD_BYTES = 1024 * 1024
 
 const DEFAULT_CACHE_SIZE = '10G'
 
@@ -108,7 +110,10 @@ async function main (): Promise<number> {
   delete process.env[HOLDER_STANDBY_ENV] // not for the sandboxes and tools this daemon starts
   delete process.env[HOLDER_SERVE_NICE_ENV]
   const snapshotterStore = { store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
-  try { nativeMemory().mallocArenaMax(MALLOC_ARENAS) } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
+  try {
+    nativeMemory().mallocArenaMax(MALLOC_ARENAS)
+    nativeMemory().mallocMmapThreshold(MALLOC_MMAP_THRESHOLD_BYTES)
+  } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
   const daemon = new LayerdDaemon({
     home,

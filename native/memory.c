@@ -8,6 +8,8 @@
 //   mallocStats(): { arenaBytes, mmapBytes, inUseBytes, freeBytes, topReleasableBytes }
 //   mallocTrim(): boolean           malloc_trim(0): free pages of every arena back to the system
 //   mallocArenaMax(n): boolean      mallopt(M_ARENA_MAX, n)
+//   mallocMmapThreshold(n): boolean mallopt(M_MMAP_THRESHOLD, n): allocations >= n bytes get their own mmap
+//   unmapCleanFilePages(): number   MADV_DONTNEED on private read-only file maps with no private copy (our text)
 //   adviseMappedFile(path, advice)  madvise(DONTNEED | COLD | PAGEOUT) on read-only shared maps of path
 //   fadviseDontNeed(fd, off, len)   POSIX_FADV_DONTNEED
 // Every function is synchronous; failures throw an Error with a Node-style `code`.
@@ -86,11 +88,61 @@ static napi_value js_malloc_trim(napi_env env, napi_callback_info info) {
   return v;
 }
 
-static napi_value js_malloc_arena_max(napi_env env, napi_callback_info info) {
+// One mallopt(param, n) call from JS; `what` is the usage message for a bad n.
+static napi_value mallopt_call(napi_env env, napi_callback_info info, int param, const char *what) {
   double n;
-  if (!number_args(env, info, 1, &n, "mallocArenaMax(n): n must be a non-negative number")) return NULL;
+  if (!number_args(env, info, 1, &n, what)) return NULL;
   napi_value v;
-  napi_get_boolean(env, mallopt(M_ARENA_MAX, (int)n) == 1, &v);
+  napi_get_boolean(env, mallopt(param, (int)n) == 1, &v);
+  return v;
+}
+
+static napi_value js_malloc_arena_max(napi_env env, napi_callback_info info) {
+  return mallopt_call(env, info, M_ARENA_MAX, "mallocArenaMax(n): n must be a non-negative number");
+}
+
+static napi_value js_malloc_mmap_threshold(napi_env env, napi_callback_info info) {
+  return mallopt_call(env, info, M_MMAP_THRESHOLD, "mallocMmapThreshold(n): n must be a non-negative number");
+}
+
+// unmapCleanFilePages(): drop this process's page-table entries of the
+// file-backed private mappings that are not writable and hold no private
+// copy of any page (smaps "Anonymous: 0 kB"): the executable's and the
+// libraries' text and read-only data. Every page of such a mapping is the
+// file's page-cache page, so MADV_DONTNEED loses nothing: the next access
+// faults the same page back in from the page cache (a minor fault). Mappings
+// with a private copy (RELRO, written then made read-only) are left alone, as
+// are writable, shared and anonymous ones; nothing can write a non-writable
+// mapping between the check and the madvise. Returns the bytes advised.
+static napi_value js_unmap_clean_file_pages(napi_env env, napi_callback_info info) {
+  (void)info;
+  FILE *smaps = fopen("/proc/self/smaps", "re");
+  if (smaps == NULL) return throw_code(env, errno, "open /proc/self/smaps");
+  char line[4096 + 256];
+  unsigned long start = 0, end = 0;
+  bool candidate = false;
+  double advised = 0;
+  // A mapping's header line, then its fields; act on a candidate at its "Anonymous:" field.
+  while (fgets(line, sizeof line, smaps) != NULL) {
+    unsigned long s, e;
+    char perms[8];
+    int name_at = 0;
+    // Field lines ("Rss:   16 kB") never match "%lx-%lx": only a header does.
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &s, &e, perms, &name_at) >= 3) {
+      start = s;
+      end = e;
+      candidate = name_at != 0 && line[name_at] == '/' && perms[1] != 'w' && perms[3] == 'p';
+      continue;
+    }
+    unsigned long anon_kb;
+    if (candidate && sscanf(line, "Anonymous: %lu kB", &anon_kb) == 1) {
+      if (anon_kb == 0 && madvise((void *)start, end - start, MADV_DONTNEED) == 0) advised += (double)(end - start);
+      candidate = false;
+    }
+  }
+  fclose(smaps);
+  napi_value v;
+  napi_create_double(env, advised, &v);
   return v;
 }
 
@@ -149,6 +201,8 @@ void memory_register(napi_env env, napi_value exports) {
     { "mallocStats", 0, js_malloc_stats, 0, 0, 0, napi_default, 0 },
     { "mallocTrim", 0, js_malloc_trim, 0, 0, 0, napi_default, 0 },
     { "mallocArenaMax", 0, js_malloc_arena_max, 0, 0, 0, napi_default, 0 },
+    { "mallocMmapThreshold", 0, js_malloc_mmap_threshold, 0, 0, 0, napi_default, 0 },
+    { "unmapCleanFilePages", 0, js_unmap_clean_file_pages, 0, 0, 0, napi_default, 0 },
     { "adviseMappedFile", 0, js_advise_mapped_file, 0, 0, 0, napi_default, 0 },
     { "fadviseDontNeed", 0, js_fadvise_dontneed, 0, 0, 0, napi_default, 0 },
   };

@@ -42,6 +42,8 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   mallocStats? (): MallocStats
   mallocTrim? (): boolean
   mallocArenaMax? (n: number): boolean
+  mallocMmapThreshold? (n: number): boolean
+  unmapCleanFilePages? (): number
   adviseMappedFile? (path: string, advice: number): number
   fadviseDontNeed? (fd: number, offset: number, length: number): void
 }
@@ -68,6 +70,18 @@ export interface NativeMemory {
   mallocTrim: () => boolean
   /** mallopt(M_ARENA_MAX, n): cap the arenas threads create (glibc makes up to 8 per core). */
   mallocArenaMax: (n: number) => boolean
+  /**
+   * mallopt(M_MMAP_THRESHOLD, n): every allocation of n bytes or more gets its own mmap, and its free() gives it
+   * back to the system at once (glibc otherwise raises the threshold after each such free, up to 32 MiB, and keeps
+   * the freed chunks in its arenas until a trim).
+   */
+  mallocMmapThreshold: (n: number) => boolean
+  /**
+   * MADV_DONTNEED on this process's private, non-writable file mappings that hold no private copy of a page (the
+   * node binary's and the libraries' text and read-only data): our page-table entries go, the pages stay in the
+   * page cache (shared with every process mapping the file) and fault back in on the next access. Returns the bytes advised.
+   */
+  unmapCleanFilePages: () => number
   /**
    * madvise on every read-only shared mapping of `path` in this process (writable or private ones are left alone):
    * 'unmap' (MADV_DONTNEED: our page-table entries go, the pages stay in the page cache and fault back in),
@@ -260,13 +274,15 @@ export function flock (fd: number, operation: number): boolean {
 /** The addon's malloc and page-cache calls. Sync; throws UnsupportedError when the addon is missing or older than version 7. */
 export function nativeMemory (): NativeMemory {
   const b = load()
-  if (b.mallocStats === undefined || b.mallocTrim === undefined || b.mallocArenaMax === undefined || b.adviseMappedFile === undefined || b.fadviseDontNeed === undefined) {
-    throw new UnsupportedError('layerd native addon has no memory calls (built before version 7): run `npm run build`')
+  if (b.mallocStats === undefined || b.mallocTrim === undefined || b.mallocArenaMax === undefined || b.mallocMmapThreshold === undefined || b.unmapCleanFilePages === undefined || b.adviseMappedFile === undefined || b.fadviseDontNeed === undefined) {
+    throw new UnsupportedError('layerd native addon lacks some memory calls (built before this checkout): run `npm run build`')
   }
   return {
     mallocStats: b.mallocStats.bind(b),
     mallocTrim: b.mallocTrim.bind(b),
     mallocArenaMax: b.mallocArenaMax.bind(b),
+    mallocMmapThreshold: b.mallocMmapThreshold.bind(b),
+    unmapCleanFilePages: b.unmapCleanFilePages.bind(b),
     adviseMappedFile: (path, advice) => b.adviseMappedFile!(path, MAPPED_FILE_ADVICE[advice]),
     fadviseDontNeed: b.fadviseDontNeed.bind(b)
   }

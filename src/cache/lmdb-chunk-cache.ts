@@ -268,6 +268,10 @@ export class LmdbChunkCache extends BaseChunkCache {
     return this.#decoder.release()
   }
 
+  /** The cap on decoded chunks kept in memory (decodedCacheBytes); lowering it evicts at once. Sync. */
+  get decodedCacheBytes (): number { return this.#decoder.capBytes }
+  set decodedCacheBytes (bytes: number) { this.#decoder.capBytes = bytes }
+
   /** Frames decompressed by hits so far, hits served from decoded chunks kept in memory, their plain bytes, and stored values that did not decode (read as misses). Sync. */
   get decodeStats (): { decompressed: number, reused: number, decodedBytes: number, failed: number } {
     const d = this.#decoder

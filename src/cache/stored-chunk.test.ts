@@ -71,3 +71,19 @@ t.test('StoredChunkDecoder.release() drops every kept chunk; a later decode stil
   t.equal(d.decompressed, before + 1, 'by decompressing: nothing was kept')
   t.equal(d.decodedBytes, 0, 'and the once-decoded digests were forgotten too: not kept on the first decode after release')
 })
+
+t.test('StoredChunkDecoder.capBytes lowered evicts at once, least recently used first; raised keeps more again', async t => {
+  const [a, b] = [text('aaaa'), text('bbbb')]
+  const [sa, sb] = [encodeStoredFrame(a, compressor.compress(a))!, encodeStoredFrame(b, compressor.compress(b))!]
+  const d = new StoredChunkDecoder(a.length * 4)
+  for (let i = 0; i < 2; i++) { d.decode('a', sa); d.decode('b', sb) }
+  t.equal(d.decodedBytes, a.length * 2, 'both kept under the first cap')
+  d.capBytes = a.length
+  t.equal(d.decodedBytes, a.length, 'one chunk left under the lower cap')
+  const before = d.decompressed
+  t.ok(d.decode('b', sb)?.equals(b), 'b, the most recent, is the one kept')
+  t.equal(d.decompressed, before, 'b served without decompressing')
+  d.capBytes = a.length * 4
+  d.decode('a', sa); d.decode('a', sa) // evicted, so seen once again first
+  t.equal(d.decodedBytes, a.length * 2, 'a kept again once the cap is raised')
+})

@@ -62,7 +62,7 @@ const SEEN_MAX = 65_536
  */
 export class StoredChunkDecoder {
   readonly #dctx = new zstd.DCtx()
-  readonly #capBytes: number
+  #capBytes: number
   /** Insertion order is recency order: a hit moves its chunk to the end. */
   readonly #decoded = new Map<string, Buffer>()
   #decodedBytes = 0
@@ -75,6 +75,21 @@ export class StoredChunkDecoder {
 
   constructor (capBytes = DEFAULT_DECODED_CACHE_BYTES) {
     this.#capBytes = capBytes
+  }
+
+  /** The cap on plain bytes kept. Setting it lower evicts the least recently used chunks at once. Sync. */
+  get capBytes (): number { return this.#capBytes }
+  set capBytes (bytes: number) {
+    this.#capBytes = bytes
+    this.#evictOverCap()
+  }
+
+  #evictOverCap (): void {
+    for (const [k, b] of this.#decoded) {
+      if (this.#decodedBytes <= this.#capBytes) break
+      this.#decoded.delete(k)
+      this.#decodedBytes -= b.length
+    }
   }
 
   /** Plain bytes kept for decoded chunks. */
@@ -122,11 +137,7 @@ export class StoredChunkDecoder {
     if (keep) {
       this.#decoded.set(key, out)
       this.#decodedBytes += length
-      for (const [k, b] of this.#decoded) {
-        if (this.#decodedBytes <= this.#capBytes) break
-        this.#decoded.delete(k)
-        this.#decodedBytes -= b.length
-      }
+      this.#evictOverCap()
     }
     return out
   }

@@ -165,6 +165,8 @@ export interface ReclaimStats {
   passes: number
   /** Files whose page cache the kernel was told to drop, over every pass. */
   filesDropped: number
+  /** Full GCs run while over the target because ArrayBuffers grew (memory-reclaimer.ts). */
+  collections?: number
   lastPassAt?: string
   lastPassMs?: number
   /** Use before and after the last pass (the gauge's bytes). */

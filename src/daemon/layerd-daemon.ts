@@ -123,6 +123,8 @@ export { AlreadyRunningError }
 export const HANDOVER_LOCK_WAIT_MS = 30_000
 /** A planned restart's reads of TOCs from the store, before it takes over, give up after this (the takeover then builds them). */
 const PREPARE_RETRY_DEADLINE_MS = 5_000
+/** The decoded-chunk cache's cap while the node is over its memory target (16 MiB otherwise). */
+const OVER_TARGET_DECODED_BYTES = 4 * 1024 * 1024
 
 export class LayerdDaemon {
   readonly config: DaemonConfig
@@ -419,7 +421,9 @@ export class LayerdDaemon {
     const gauge = memoryGauge()
     const targetBytes = target === 'default' ? Math.floor(gauge.read().limitBytes / 2) : target
     this.config.log(`memory: reclaim above ${Math.round(targetBytes / 2 ** 20)} MiB (${gauge.source})`)
-    return new MemoryReclaimer({ gauge, targetBytes, settle: async () => { await this.#settler!.settle(); this.#pageCopies?.dropStoreReadahead() }, cacheFiles: () => [cacheFile], log: this.config.log })
+    const cache = this.#cache!
+    const decodedCacheBytes = cache.decodedCacheBytes
+    return new MemoryReclaimer({ gauge, targetBytes, settle: async () => { await this.#settler!.settle(); this.#pageCopies?.dropStoreReadahead() }, collect: () => this.#settler!.collect(), overTargetChanged: over => { cache.decodedCacheBytes = over ? Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES) : decodedCacheBytes }, cacheFiles: () => [cacheFile], log: this.config.log })
   }
 
   /** The block views, their module (ext4 builder, push) loaded on first use. */

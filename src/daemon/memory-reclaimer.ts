@@ -7,6 +7,13 @@
  *     image data as it makes them (page-copies.ts: the store's pages after a
  *     read, lmdb's after a commit): a byte sandboxes read is then in memory
  *     once, in the image file's page cache on the mount;
+ *   - while ArrayBuffers' memory has grown by `collectGrowthBytes` since the
+ *     last collection, it runs one (`collect`: a full GC, then malloc_trim).
+ *     A cold wave's fetch and decode buffers die young but V8 frees an
+ *     ArrayBuffer's memory only at a GC that finds it dead, and starts a full
+ *     one for external memory only after 64 MiB of growth: without this, ~40
+ *     MB of dead buffers sat in the node's peak (bench/node-memory.ts). One GC
+ *     of the daemon's small heap costs a few ms, against a settle's 10–150;
  *   - it runs passes. A pass:
  *     1. at most once per `settleEveryMs`, settles the daemon (decoded-chunk
  *        LRU, read buffers, GC, malloc_trim; a settle blocks the event loop
@@ -45,6 +52,12 @@ export interface MemoryReclaimerOptions {
   targetBytes: number
   /** The daemon's own settle (MemorySettler.settle). */
   settle: () => Promise<void>
+  /** Called when use crosses the target, either way (the daemon shrinks its decoded-chunk cache while over). */
+  overTargetChanged?: (over: boolean) => void
+  /** One full GC and a malloc_trim (MemorySettler.collect). */
+  collect?: () => void
+  /** Growth of ArrayBuffers' memory (process.memoryUsage().arrayBuffers) since the last collection that runs one while over the target. Default 8 MiB. */
+  collectGrowthBytes?: number
   /** Files whose page cache is dropped outright at each pass (the chunk cache's lmdb file). */
   cacheFiles: () => string[]
   /** Image files not read for this long lose their page cache at a pass. Default 30 s (5 s cost 2.3x the page-cache misses in bench/node-memory: see src/daemon/README.md). */
@@ -63,13 +76,15 @@ export const DEFAULT_RECLAIM_COLD_MS = 30_000
 const DEFAULT_SETTLE_EVERY_MS = 2000
 const DEFAULT_INTERVAL_MS = 250
 const DEFAULT_PSI_THRESHOLD = 1
+const DEFAULT_COLLECT_GROWTH_BYTES = 8 * 1024 * 1024
 
 export class MemoryReclaimer {
-  readonly #o: Required<Omit<MemoryReclaimerOptions, 'log'>> & { log: (line: string) => void }
+  readonly #o: Required<Omit<MemoryReclaimerOptions, 'log' | 'collect' | 'overTargetChanged'>> & Pick<MemoryReclaimerOptions, 'overTargetChanged'> & { log: (line: string) => void, collect: () => void }
   readonly #timer: NodeJS.Timeout
   #running: Promise<void> | undefined
   #lastSettle = -Infinity
   #overTarget = false
+  #buffersBase = Infinity
   readonly stats: ReclaimStats
 
   constructor (options: MemoryReclaimerOptions) {
@@ -78,10 +93,12 @@ export class MemoryReclaimer {
       settleEveryMs: DEFAULT_SETTLE_EVERY_MS,
       intervalMs: DEFAULT_INTERVAL_MS,
       psiThreshold: DEFAULT_PSI_THRESHOLD,
+      collectGrowthBytes: DEFAULT_COLLECT_GROWTH_BYTES,
+      collect: () => {},
       log: () => {},
       ...options
     }
-    this.stats = { targetBytes: options.targetBytes, gauge: options.gauge.source, passes: 0, filesDropped: 0 }
+    this.stats = { targetBytes: options.targetBytes, gauge: options.gauge.source, passes: 0, filesDropped: 0, collections: 0 }
     this.#timer = setInterval(() => this.#check(), this.#o.intervalMs)
     this.#timer.unref()
   }
@@ -98,9 +115,25 @@ export class MemoryReclaimer {
     if (this.#running !== undefined) return
     const reading = this.#o.gauge.read()
     this.stats.lastReading = reading
-    this.#overTarget = reading.usedBytes > this.#o.targetBytes
+    const over = reading.usedBytes > this.#o.targetBytes
+    if (over !== this.#overTarget) {
+      this.#overTarget = over
+      try { this.#o.overTargetChanged?.(over) } catch (err) { this.#o.log(`reclaim: ${(err as Error).message}`) }
+    }
+    this.#collectIfGrown()
     // Image files' page cache only under a stall: over a mere target it is the sandboxes' working set, and dropping it costs them hot reads.
     if (this.underPressure(reading)) void this.#start(this.#o.coldMs, false, (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold)
+  }
+
+  /** While over the target: a collection once ArrayBuffers grew by collectGrowthBytes since the lowest reading after the last one. */
+  #collectIfGrown (): void {
+    const buffers = process.memoryUsage().arrayBuffers
+    // The low point since the last collection (V8 frees dead buffers' memory on a background thread after the GC).
+    this.#buffersBase = Math.min(this.#buffersBase, buffers)
+    if (!this.#overTarget || buffers - this.#buffersBase < this.#o.collectGrowthBytes) return
+    try { this.#o.collect() } catch (err) { this.#o.log(`reclaim: collection failed: ${(err as Error).message}`) }
+    this.stats.collections = (this.stats.collections ?? 0) + 1
+    this.#buffersBase = Infinity
   }
 
   /** One pass now (whatever the pressure), image files included. Concurrent calls share it. Never rejects (failures are logged). */

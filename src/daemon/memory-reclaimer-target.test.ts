@@ -1,0 +1,50 @@
+/**
+ * MemoryReclaimer's target edge (issue 14): while use is over the target it
+ * runs a collection each time ArrayBuffers grew by collectGrowthBytes, never
+ * under it, and tells its owner when use crosses the target either way. The
+ * gauge is a reading the test sets; the ArrayBuffers are real (the
+ * reclaimer reads process.memoryUsage()).
+ */
+import t from 'tap'
+import type { MemoryReading } from '../host/memory-pressure.js'
+import { MemoryReclaimer } from './memory-reclaimer.js'
+
+const MIB = 1024 * 1024
+const tick = async (ms: number): Promise<void> => await new Promise(resolve => setTimeout(resolve, ms))
+
+t.test('MemoryReclaimer collects on ArrayBuffer growth only while over the target, and reports crossings', async t => {
+  let reading: MemoryReading = { usedBytes: 10 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }
+  let collections = 0
+  const crossings: boolean[] = []
+  const reclaimer = new MemoryReclaimer({
+    gauge: { source: 'test', read: () => reading },
+    targetBytes: 100 * MIB,
+    settle: async () => {},
+    cacheFiles: () => [],
+    collect: () => { collections++ },
+    collectGrowthBytes: 4 * MIB,
+    overTargetChanged: over => crossings.push(over),
+    intervalMs: 10
+  })
+  t.teardown(() => reclaimer.close())
+  const held: Buffer[] = []
+  const grow = async (): Promise<void> => { for (let i = 0; i < 6; i++) { held.push(Buffer.alloc(MIB)); await tick(15) } }
+  await tick(30)
+  await grow()
+  t.equal(collections, 0, 'under the target: no collection, however much ArrayBuffers grow')
+  t.strictSame(crossings, [], 'no crossing yet')
+  reading = { ...reading, usedBytes: 200 * MIB }
+  await tick(30)
+  t.equal(reclaimer.overTarget, true)
+  t.strictSame(crossings, [true], 'told once on crossing up')
+  await grow()
+  t.ok(collections >= 1, `over the target, 6 MiB of growth: collected (${collections})`)
+  t.equal(reclaimer.stats.collections, collections, 'counted in stats')
+  const seen = collections
+  await tick(60)
+  t.equal(collections, seen, 'no growth: no further collection')
+  reading = { ...reading, usedBytes: 10 * MIB }
+  await tick(30)
+  t.strictSame(crossings, [true, false], 'told once on crossing down')
+  held.length = 0
+})
