@@ -96,11 +96,13 @@ interface SideResult {
   nodeUsedAtStartBytes: number
   totalMs: number
   failedTasks: number
+  /** drop_caches writes on the node during the side (by anything: other users of the machine): a side with any is disturbed. */
+  dropCaches: number
   chunkReads: number
   chunkHits: number
   chunkMisses: number
   reclaimPasses: number
-  /** Full GCs the reclaimer ran because ArrayBuffers grew while over the target. */
+  /** Full GCs the reclaimer ran because layerd's anonymous memory grew while over the target. */
   collections: number
   filesDropped: number
   /** layerd's own page-cache copies dropped (src/daemon/page-copies.ts): the store's bytes, and flush-and-drops of the chunk cache file. */
@@ -121,6 +123,12 @@ function residentBytes (files: string[]): number {
   if (files.length === 0) return 0
   const out = execFileSync('fincore', ['--bytes', '--noheadings', '--output', 'RES', ...files], { encoding: 'utf8' })
   return out.split('\n').filter(l => l.trim() !== '').reduce((a, l) => a + Number(l.trim()), 0)
+}
+
+/** /proc/vmstat's count of `echo N > /proc/sys/vm/drop_caches` so far (page cache and slab): another process dropping the node's caches mid-side disturbs its peak and its misses. */
+function dropCachesCount (): number {
+  const text = readFileSync('/proc/vmstat', 'utf8')
+  return ['drop_pagecache', 'drop_slab'].reduce((n, f) => n + Number(new RegExp(`^${f} (\\d+)`, 'm').exec(text)?.[1] ?? 0), 0)
 }
 
 function meminfoUsed (): number {
@@ -214,6 +222,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
   const client = await ControlClient.connect(socketPath(home))
   statsClient = client
   let failedTasks = 0
+  const dropsAtStart = dropCachesCount()
   const started = performance.now()
   try {
     let next = 0
@@ -245,6 +254,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
       nodeUsedAtStartBytes,
       totalMs,
       failedTasks,
+      dropCaches: dropCachesCount() - dropsAtStart,
       chunkReads: stats.cache.hits + stats.cache.misses,
       chunkHits: stats.cache.hits,
       chunkMisses: stats.cache.misses,
@@ -259,7 +269,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
       cacheFileResidentBytes,
       timeline
     }
-    process.stderr.write(`  rep ${rep + 1} reclaim ${side}: peak ${fmt(peakCgroupBytes / MB, 1)} MB (cgroup), node used peak +${fmt((peakNodeUsedBytes - nodeUsedAtStartBytes) / MB, 1)} MB, ${fmt(totalMs / 1000, 2)} s, ${r.chunkReads} chunk reads, ${r.reclaimPasses} passes\n`)
+    process.stderr.write(`  rep ${rep + 1} reclaim ${side}: peak ${fmt(peakCgroupBytes / MB, 1)} MB (cgroup), node used peak +${fmt((peakNodeUsedBytes - nodeUsedAtStartBytes) / MB, 1)} MB, ${fmt(totalMs / 1000, 2)} s, ${r.chunkReads} chunk reads, ${r.reclaimPasses} passes${r.dropCaches > 0 ? `, DISTURBED: ${r.dropCaches} drop_caches on the node meanwhile` : ''}\n`)
     return r
   } finally {
     clearInterval(sampler)
@@ -306,7 +316,7 @@ async function main (): Promise<void> {
         row('workload cgroup once all tasks finished (MB)', r => r.cgroupAtEndBytes, 1, MB),
         row('chunk cache file (data.mdb) in the page cache then (MB)', r => r.cacheFileResidentBytes, 1, MB),
         row('reclaim passes', r => r.reclaimPasses, 0),
-        row('collections (GCs on ArrayBuffer growth over the target)', r => r.collections, 0),
+        row('collections (GCs on layerd\'s anonymous memory growth over the target)', r => r.collections, 0),
         row('image files whose page cache was dropped', r => r.filesDropped, 0),
         row('store reads\' pages dropped (MB)', r => r.storeBytesDropped, 1, MB),
         row('chunk cache file flushed and dropped after commits (times)', r => r.cacheFileDrops, 0),
@@ -318,7 +328,8 @@ async function main (): Promise<void> {
         row('… layerd\'s anonymous memory (MB)', r => r.atPeak.daemonRss, 1, MB),
         row('… the sandboxes\' anonymous memory (MB)', r => r.atPeak.sandboxRss, 1, MB),
         row('layerd VmHWM (MB)', r => r.daemonPeakRssBytes, 1, MB),
-        row('failed tasks', r => r.failedTasks, 0)
+        row('failed tasks', r => r.failedTasks, 0),
+        row('drop_caches on the node by others during the side (times; any disturbs the side)', r => r.dropCaches, 1)
       ]),
       '',
       `Peak ${peakCut >= 0.4 ? '✓' : '✗'} ${fmt(peakCut * 100, 1)}% lower with reclaim on (target ≥ 40%); total time ${slower <= 0.05 ? '✓' : '✗'} ${fmt(slower * 100, 1)}% ${slower >= 0 ? 'slower' : 'faster'} (target ≤ 5% slower).`,

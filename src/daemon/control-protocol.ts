@@ -165,7 +165,7 @@ export interface ReclaimStats {
   passes: number
   /** Files whose page cache the kernel was told to drop, over every pass. */
   filesDropped: number
-  /** Full GCs run while over the target because ArrayBuffers grew (memory-reclaimer.ts). */
+  /** Full GCs run while over the target because anonymous memory grew (memory-reclaimer.ts). */
   collections?: number
   lastPassAt?: string
   lastPassMs?: number

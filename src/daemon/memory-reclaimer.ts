@@ -7,13 +7,15 @@
  *     image data as it makes them (page-copies.ts: the store's pages after a
  *     read, lmdb's after a commit): a byte sandboxes read is then in memory
  *     once, in the image file's page cache on the mount;
- *   - while ArrayBuffers' memory has grown by `collectGrowthBytes` since the
- *     last collection, it runs one (`collect`: a full GC, then malloc_trim).
- *     A cold wave's fetch and decode buffers die young but V8 frees an
- *     ArrayBuffer's memory only at a GC that finds it dead, and starts a full
- *     one for external memory only after 64 MiB of growth: without this, ~40
- *     MB of dead buffers sat in the node's peak (bench/node-memory.ts). One GC
- *     of the daemon's small heap costs a few ms, against a settle's 10–150;
+ *   - each time its anonymous memory has grown by `collectGrowthBytes` over
+ *     its low point since the last collection, it runs one (`collect`: a full
+ *     GC, then malloc_trim). A cold wave's fetch and decode buffers die soon,
+ *     but V8 frees an ArrayBuffer's memory only at a GC that finds it dead
+ *     (it starts one for external memory only after 64 MiB of growth), and
+ *     glibc keeps freed chunks in its arenas until a trim: in
+ *     bench/node-memory.ts layerd's anonymous memory stood ~20 MB above its
+ *     level after the wave at the node's peak. One GC of the daemon's small
+ *     heap costs a few ms, against a settle's 10–150;
  *   - it runs passes. A pass:
  *     1. at most once per `settleEveryMs`, settles the daemon (decoded-chunk
  *        LRU, read buffers, GC, malloc_trim; a settle blocks the event loop
@@ -40,7 +42,7 @@
  *
  * May import: src/host/, src/fs/ (kernel-fuse), node built-ins.
  */
-import { closeSync, openSync } from 'node:fs'
+import { closeSync, openSync, readFileSync } from 'node:fs'
 import type { MemoryGauge, MemoryReading } from '../host/memory-pressure.js'
 import type { ReclaimStats } from './control-protocol.js'
 import { nativeMemory } from '../native.js'
@@ -56,7 +58,7 @@ export interface MemoryReclaimerOptions {
   overTargetChanged?: (over: boolean) => void
   /** One full GC and a malloc_trim (MemorySettler.collect). */
   collect?: () => void
-  /** Growth of ArrayBuffers' memory (process.memoryUsage().arrayBuffers) since the last collection that runs one while over the target. Default 8 MiB. */
+  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 8 MiB. */
   collectGrowthBytes?: number
   /** Files whose page cache is dropped outright at each pass (the chunk cache's lmdb file). */
   cacheFiles: () => string[]
@@ -84,7 +86,7 @@ export class MemoryReclaimer {
   #running: Promise<void> | undefined
   #lastSettle = -Infinity
   #overTarget = false
-  #buffersBase = Infinity
+  #anonBase = Infinity
   readonly stats: ReclaimStats
 
   constructor (options: MemoryReclaimerOptions) {
@@ -125,15 +127,16 @@ export class MemoryReclaimer {
     if (this.underPressure(reading)) void this.#start(this.#o.coldMs, false, (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold)
   }
 
-  /** While over the target: a collection once ArrayBuffers grew by collectGrowthBytes since the lowest reading after the last one. */
+  /** While over the target: a collection once anonymous memory grew by collectGrowthBytes over its low point since the last one. */
   #collectIfGrown (): void {
-    const buffers = process.memoryUsage().arrayBuffers
-    // The low point since the last collection (V8 frees dead buffers' memory on a background thread after the GC).
-    this.#buffersBase = Math.min(this.#buffersBase, buffers)
-    if (!this.#overTarget || buffers - this.#buffersBase < this.#o.collectGrowthBytes) return
+    if (!this.#overTarget) { this.#anonBase = Infinity; return }
+    const anon = anonymousBytes()
+    // The low point since the last collection (V8 frees dead buffers' memory on a background thread after the GC, the trim follows).
+    this.#anonBase = Math.min(this.#anonBase, anon)
+    if (anon - this.#anonBase < this.#o.collectGrowthBytes) return
     try { this.#o.collect() } catch (err) { this.#o.log(`reclaim: collection failed: ${(err as Error).message}`) }
     this.stats.collections = (this.stats.collections ?? 0) + 1
-    this.#buffersBase = Infinity
+    this.#anonBase = Infinity
   }
 
   /** One pass now (whatever the pressure), image files included. Concurrent calls share it. Never rejects (failures are logged). */
@@ -169,6 +172,14 @@ export class MemoryReclaimer {
   close (): void {
     clearInterval(this.#timer)
   }
+}
+
+const PAGE_BYTES = 4096
+
+/** This process's anonymous resident memory in bytes: /proc/self/statm's resident − shared pages (one small read; RssAnon without the status file's other fields). */
+function anonymousBytes (): number {
+  const [, resident, shared] = readFileSync('/proc/self/statm', 'latin1').split(' ').map(Number)
+  return ((resident ?? 0) - (shared ?? 0)) * PAGE_BYTES
 }
 
 /** Unmap `file`'s read-only shared maps from this process, then POSIX_FADV_DONTNEED on all of it (clean, unmapped pages leave the page cache). Logs failures. */
