@@ -54,10 +54,15 @@ import { PreparedTakeovers } from './prepared-takeovers.js'
 import type { PreparedTree } from '../fs/image-mount.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 
-/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_FUSE_BACKEND). */
+/** A stacked layer chain's top layer is fetched whole at mount up to this many stored (compressed) bytes (#prefetchSmallTop). */
+const TOP_LAYER_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
+
+/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_TOP_PREFETCH, LAYERD_FUSE_BACKEND). */
 export interface MountOptions {
-  /** Images for sandboxes as stacks where they can be. Default true. */
+  /** Images for sandboxes, and containerd layer chains, as stacks where they can be. Default true. */
   stacks?: boolean
+  /** A stacked layer chain's small top layer fetched whole at mount (#prefetchSmallTop). Default true. */
+  topLayerPrefetch?: boolean
   /** Who serves the FUSE mounts; default: the kernel backend when it can. */
   fuseBackend?: FuseBackend
 }
@@ -257,7 +262,10 @@ export class MountManager {
       fetchedBytes: 0
     }
     const stacked = await this.#mountChainStacked(loc, mountpoint, req.name, loaded, req.layers, started)
-    if (stacked !== undefined) return { ...stacked.info, lowerDirs: this.layerChainLowerDirs(mountpoint)! }
+    if (stacked !== undefined) {
+      this.#prefetchSmallTop(stacked)
+      return { ...stacked.info, lowerDirs: this.layerChainLowerDirs(mountpoint)! }
+    }
     const m = await this.#mountLayers(loc, mountpoint, req.name, loaded, req.layers, tocs, undefined, started)
     return { ...m.info, lowerDirs: [m.info.mountpoint] }
   }
@@ -272,6 +280,22 @@ export class MountManager {
     const m = this.#mounts.get(resolve(mountpoint))
     if (m === undefined) return undefined
     return m.chainBase === undefined ? [m.info.mountpoint] : [m.info.mountpoint, m.chainBase.mountpoint]
+  }
+
+  /**
+   * A stacked chain's top layer, fetched whole behind demand reads when its
+   * chunks are at most TOP_LAYER_PREFETCH_MAX_BYTES stored: a per-task layer
+   * (a project tree) is small, and its task reads much of it in an order the
+   * blob does not follow, so one GET per file missed would cost a round trip
+   * each (the deploy corpus' webpack: hundreds of modules). Prefetch yields to
+   * demand reads and merges adjacent chunks into one GET (chunk-fetcher.ts).
+   * The shared base is never fetched whole. Sync; starts it and returns.
+   */
+  #prefetchSmallTop (m: Mounted): void {
+    const refs = allChunks(m.image)
+    const bytes = refs.reduce((n, r) => n + r.compressedLength, 0)
+    if (this.#options.topLayerPrefetch === false || refs.length === 0 || bytes > TOP_LAYER_PREFETCH_MAX_BYTES) return
+    m.reader.prefetch(refs)
   }
 
   /** mountLayerChain's stacked form: the top layer split off the shared base of the others; undefined (nothing mounted) when it cannot be. Async. */

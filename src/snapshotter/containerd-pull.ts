@@ -55,6 +55,13 @@ export interface ContainerdPullOptions {
   /** containerd image name; default `image`. */
   name?: string
   snapshotter?: string
+  /**
+   * Called (sync, not awaited) once every layer is prepared, with the top
+   * layer's chain ID: layerd's own pull has its snapshotter mount that
+   * snapshot now, while the image record is written and the caller's `ctr
+   * run` starts, not in that run's Prepare.
+   */
+  onLayersPrepared?: (topChainId: string) => void
 }
 
 export type { ContainerdPullResult }
@@ -112,6 +119,7 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
         parent = layer.chainId
       }
       phases.layers = performance.now() - last
+      opts.onLayersPrepared?.(parent)
     })()
     // Both settle before the pull goes on or fails (no write left running against a released lease).
     const [wrote, prepared] = await Promise.allSettled([content, layers])

@@ -37,6 +37,7 @@ let tocEntries = 0
   const loaded = await loadImage(store, 'deb/python:v1')
   storedBytes = loaded.manifest.layers.reduce((n, l) => n + l.storedBytes, 0)
   tocEntries = loaded.manifest.layers.reduce((n, l) => n + l.entries, 0)
+  await pushImage(images.images['python-v2'].dockerArchive, parseRef('deb/python:v2'), { store, db: openMemoryNodeDb() })
   // Two task images on python-v1 (its layers plus one project layer each), as the deploy corpus builds them.
   for (const name of TASKS) {
     const layout = join(work, `layout-${name}`)
@@ -108,6 +109,19 @@ t.test('two task images on one base: each container stands on its own top layer 
   for (const d of [...a, ...b]) t.ok(mounted.includes(d), `${d} is a mount`)
   t.ok(a[1]!.startsWith(join(node.home, 'images', 'base-')), `the base is the node's shared base mount: ${a[1]}`)
   for (const name of TASKS) t.equal((await containerd.ctr('images', 'rm', '--sync', `deb/task-${name}:v1`)).code, 0)
+})
+
+t.test('a top layer with a whiteout (python-v2 removes /etc/issue.net) is one merged mount of its chain, and the file is gone', async t => {
+  const pull = await node.layerctl('containerd', 'pull', 'deb/python:v2', '--address', containerd.address)
+  t.equal(pull.code, 0, pull.stderr)
+  t.equal((await containerd.ctr('containers', 'create', '--snapshotter', 'layerd', 'deb/python:v2', 'v2-1', 'true')).code, 0)
+  const mounts = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'mounts', '/tmp/x', 'v2-1')
+  const lowerdir = /lowerdir=(\S+)/.exec(mounts.stdout)?.[1] ?? ''
+  t.equal(lowerdir.split(':').length, 1, `one lower dir, the merged chain: ${mounts.stdout}`)
+  t.equal((await containerd.ctr('containers', 'rm', 'v2-1')).code, 0)
+  const py = await run('deb/python:v2', 'v2-2', 'python3', '-c', 'import os; print(os.path.exists("/etc/issue.net"), os.path.exists("/etc/issue"))')
+  t.equal(py.stdout.trim(), 'False True', py.stderr)
+  t.equal((await containerd.ctr('images', 'rm', '--sync', 'deb/python:v2')).code, 0)
 })
 
 t.test('layerctl containerd pull of an image layerd does not have fails, naming it', async t => {

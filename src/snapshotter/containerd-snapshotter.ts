@@ -45,7 +45,7 @@ export async function containerdSnapshotterService (parts: DaemonParts, store: S
   try {
     const running = await startContainerdSnapshotter({ ...parts, store })
     parts.log(`containerd snapshotter serving ${snapshotterSocketPath(parts.home)} (remote snapshots from ${store.store})`)
-    return { close: running.close, handlers: pullHandlers(parts.stores, running.preload) }
+    return { close: running.close, handlers: pullHandlers(parts.stores, running.preload, chainId => { running.snapshotter.warm(chainId) }) }
   } catch (err) {
     if (!(err instanceof UnsupportedError)) throw err
     parts.log(`containerd snapshotter not started: ${err.message}`)
@@ -55,7 +55,7 @@ export async function containerdSnapshotterService (parts: DaemonParts, store: S
 }
 
 /** containerdPull, against the request's store (which must be the one remote snapshots come from, or the Prepares fail naming the layer). */
-function pullHandlers (stores: StorePool, preload: () => Promise<void>): Pick<ControlHandlers, 'containerdPull'> {
+function pullHandlers (stores: StorePool, preload: () => Promise<void>, warm: (chainId: string) => void): Pick<ControlHandlers, 'containerdPull'> {
   return {
     containerdPull: async p => {
       if (p.image.startsWith('docker://')) throw new BadRequestError(`containerdPull ${p.image}: a docker:// image is pulled by layerctl itself (with the caller's registry credentials), not by layerd`)
@@ -68,7 +68,8 @@ function pullHandlers (stores: StorePool, preload: () => Promise<void>): Pick<Co
         store: stores.get(p).store,
         address: p.address,
         namespace: p.namespace,
-        ...(p.name === undefined ? {} : { name: p.name })
+        ...(p.name === undefined ? {} : { name: p.name }),
+        onLayersPrepared: warm
       })
     }
   }

@@ -156,7 +156,11 @@ export class LayerdSnapshotter {
     const r = this.#get(key)
     const children = this.#records.children(key)
     if (children > 0) throw new FailedPreconditionError(`cannot remove snapshot ${key}: ${children} snapshot(s) have it as parent`)
-    if (r.remote !== undefined) await this.#remote.unmount(join(this.dirOf(r.id), 'fs'))
+    if (r.remote !== undefined) {
+      const mountpoint = join(this.dirOf(r.id), 'fs')
+      await this.#mounting.get(mountpoint)?.catch(() => {}) // a mount started ahead (warm) ends before the unmount
+      await this.#remote.unmount(mountpoint)
+    }
     this.#records.delete(key)
     try {
       await rm(this.dirOf(r.id), { recursive: true, force: true })
@@ -251,6 +255,19 @@ export class LayerdSnapshotter {
       try { await this.#ensureMounted(p); mounted++ } catch (err) { this.#log(`remounting remote snapshot ${p.key}: ${describeError(err)}`) }
     }
     return mounted
+  }
+
+  /**
+   * Mount now, in the background, the remote snapshot committed for chain
+   * `target` (the top layer of an image just pulled), so the first
+   * container's Prepare finds it mounted. Sync; starts it and returns. Does
+   * nothing when no remote snapshot has that target; a failed mount is
+   * logged, and the container's Prepare mounts again.
+   */
+  warm (target: string): void {
+    const r = this.#records.all().find(x => x.remote !== undefined && x.kind === 'committed' && x.labels[TARGET_SNAPSHOT_REF_LABEL] === target)
+    if (r === undefined) return
+    this.#ensureMounted(r).catch(err => { this.#log(`mounting remote snapshot ${r.key} ahead of its first container: ${describeError(err)}`) })
   }
 
   #get (key: string): SnapshotRecord {
