@@ -60,8 +60,8 @@ function pullHandlers (stores: StorePool, preload: () => Promise<void>, warm: (c
     containerdPull: async p => {
       if (p.image.startsWith('docker://')) throw new BadRequestError(`containerdPull ${p.image}: a docker:// image is pulled by layerctl itself (with the caller's registry credentials), not by layerd`)
       // Loaded on first use: an idle daemon holds none of the pull's code (issue 14).
-      // The snapshots server loaded first: containerd dials it during the pull, and under load a handshake answered
-      // only after gRPC loads can outlast containerd's connect timeout ("timed out waiting for server handshake").
+      // The snapshots server loaded first, if containerd has not dialed it yet: its Prepares come back through it. (A
+      // handshake containerd gave up on is retried by containerd-pull.ts's snapshotsCall.)
       const [{ containerdPull }] = await Promise.all([import('./containerd-pull.js'), preload()])
       return await containerdPull({
         image: p.image,
