@@ -54,10 +54,15 @@ import { PreparedTakeovers } from './prepared-takeovers.js'
 import type { PreparedTree } from '../fs/image-mount.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 
-/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_FUSE_BACKEND). */
+/** A stacked layer chain's top layer is fetched whole at mount up to this many stored (compressed) bytes (#prefetchSmallTop). */
+const TOP_LAYER_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
+
+/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_TOP_PREFETCH, LAYERD_FUSE_BACKEND). */
 export interface MountOptions {
-  /** Images for sandboxes as stacks where they can be. Default true. */
+  /** Images for sandboxes, and containerd layer chains, as stacks where they can be. Default true. */
   stacks?: boolean
+  /** A stacked layer chain's small top layer fetched whole at mount (#prefetchSmallTop). Default true. */
+  topLayerPrefetch?: boolean
   /** Who serves the FUSE mounts; default: the kernel backend when it can. */
   fuseBackend?: FuseBackend
 }
@@ -74,6 +79,8 @@ interface Mounted {
   loc: StoreLocation
   /** A shared image served as a stack: info.mountpoint is the overlay, `mount` its top layer. */
   stack?: { topPath: string, baseKey: string }
+  /** A layer chain served stacked (mountLayerChain): `mount` is its top layer alone, over this shared base; no overlay of ours. */
+  chainBase?: { key: string, mountpoint: string }
 }
 
 export class MountManager {
@@ -227,13 +234,20 @@ export class MountManager {
   }
 
   /**
-   * A read-only FUSE mount of the layer chain `layers` (bottom first,
-   * merged) at `req.mountpoint`, with no image manifest: what the containerd
-   * snapshotter serves a remote snapshot from. Not recorded for restore
-   * (the snapshotter mounts its chains again itself); listed, counted in
-   * stats and unmounted like any mount. Async; errors as mount().
+   * The layer chain `layers` (bottom first) served read-only at
+   * `req.mountpoint`, with no image manifest: what the containerd
+   * snapshotter serves a remote snapshot from. Stacked where it can be
+   * (image-stacks.ts, layer-split.ts): the mountpoint holds the top layer
+   * alone, and the lower layers are the shared base every chain and stack on
+   * them uses, so their page cache is read once per node; the caller puts
+   * both, as `lowerDirs`, into its own overlay (no overlay of ours in
+   * between). Otherwise one merged mount of the whole chain, `lowerDirs`
+   * just the mountpoint. Not recorded for restore (the snapshotter mounts
+   * its chains again itself; a kept connection is taken over); listed,
+   * counted in stats and unmounted like any mount (the base is released with
+   * it). Async; errors as mount().
    */
-  async mountLayerChain (req: StoreLocation & { mountpoint: string, name: string, layers: Digest[] }): Promise<MountInfo> {
+  async mountLayerChain (req: StoreLocation & { mountpoint: string, name: string, layers: Digest[] }): Promise<MountInfo & { lowerDirs: string[] }> {
     const started = performance.now()
     const mountpoint = resolve(req.mountpoint)
     this.#refuseMounted(req.name, mountpoint)
@@ -247,8 +261,65 @@ export class MountManager {
       tocs,
       fetchedBytes: 0
     }
+    const stacked = await this.#mountChainStacked(loc, mountpoint, req.name, loaded, req.layers, started)
+    if (stacked !== undefined) {
+      this.#prefetchSmallTop(stacked)
+      return { ...stacked.info, lowerDirs: this.layerChainLowerDirs(mountpoint)! }
+    }
     const m = await this.#mountLayers(loc, mountpoint, req.name, loaded, req.layers, tocs, undefined, started)
-    return m.info
+    return { ...m.info, lowerDirs: [m.info.mountpoint] }
+  }
+
+  /**
+   * The read-only directories a mountLayerChain() mount at `mountpoint`
+   * shows, nearest first, for an overlay's lowerdir: its top layer and its
+   * shared base, or the one merged mount; undefined when nothing is mounted
+   * there. Sync.
+   */
+  layerChainLowerDirs (mountpoint: string): string[] | undefined {
+    const m = this.#mounts.get(resolve(mountpoint))
+    if (m === undefined) return undefined
+    return m.chainBase === undefined ? [m.info.mountpoint] : [m.info.mountpoint, m.chainBase.mountpoint]
+  }
+
+  /**
+   * A stacked chain's top layer, fetched whole behind demand reads when its
+   * chunks are at most TOP_LAYER_PREFETCH_MAX_BYTES stored: a per-task layer
+   * (a project tree) is small, and its task reads much of it in an order the
+   * blob does not follow, so one GET per file missed would cost a round trip
+   * each (the deploy corpus' webpack: hundreds of modules). Prefetch yields to
+   * demand reads and merges adjacent chunks into one GET (chunk-fetcher.ts).
+   * The shared base is never fetched whole. Sync; starts it and returns.
+   */
+  #prefetchSmallTop (m: Mounted): void {
+    const refs = allChunks(m.image)
+    const bytes = refs.reduce((n, r) => n + r.compressedLength, 0)
+    if (this.#options.topLayerPrefetch === false || refs.length === 0 || bytes > TOP_LAYER_PREFETCH_MAX_BYTES) return
+    m.reader.prefetch(refs)
+  }
+
+  /** mountLayerChain's stacked form: the top layer split off the shared base of the others; undefined (nothing mounted) when it cannot be. Async. */
+  async #mountChainStacked (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], started: number): Promise<Mounted | undefined> {
+    if (layers.length < 2 || this.#options.stacks === false || !overlaySafePath(this.#sharedDir)) return undefined
+    const { store, fetcher } = this.#stores.get(loc)
+    const lower = layers.slice(0, -1)
+    const base = await this.#stacks.acquireBase(lower, loaded.tocs.slice(0, -1), fetcher, store.url, loc)
+    const preparedTop = this.#prepared.take(mountpoint, layers.slice(-1), lower)
+    const split = preparedTop ?? splitTopLayer(base.tree, loaded.tocs.at(-1)!)
+    if ('reason' in split) {
+      this.#log(`${name}: one merged mount of its ${layers.length} layers, not stacked: ${split.reason}`)
+      await this.#stacks.releaseBase(base.key)
+      return undefined
+    }
+    try {
+      const m = await this.#mountLayers(loc, mountpoint, name, loaded, layers.slice(-1), loaded.tocs.slice(-1),
+        { tree: split.tree, base: lower, ...(preparedTop === undefined ? {} : { prepared: preparedTop }) }, started)
+      m.chainBase = { key: base.key, mountpoint: base.mountpoint }
+      return m
+    } catch (err) {
+      await this.#stacks.releaseBase(base.key)
+      throw err
+    }
   }
 
   /**
@@ -343,6 +414,7 @@ export class MountManager {
     if (m.stack !== undefined) await unmountStackOverlay(m.info.mountpoint)
     await m.mount.unmount()
     if (m.stack !== undefined) await this.#stacks.releaseBase(m.stack.baseKey)
+    if (m.chainBase !== undefined) await this.#stacks.releaseBase(m.chainBase.key)
     this.#traces.save(m.image.digest, m.reader.trace.refs)
     this.#mounts.delete(m.info.mountpoint)
     this.#cache.unpin(m.pins)

@@ -25,7 +25,7 @@
  * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), src/daemon/control-protocol.ts (types), this folder.
  */
 import { randomBytes } from 'node:crypto'
-import { BadInputError, NotFoundError, NotRemoteError } from '../errors.js'
+import { BadInputError, DaemonUnavailableError, NotFoundError, NotRemoteError } from '../errors.js'
 import type { ContainerdPullResult } from '../daemon/control-protocol.js'
 import { getManifest } from '../image/metadata-objects.js'
 import { resolveRef } from '../image/refs.js'
@@ -43,6 +43,9 @@ import type { RegistryClientOptions } from '../registry/registry-client.js'
 import { AlreadyExistsError } from './snapshot-errors.js'
 
 const LEASE_EXPIRE_MS = 60 * 60 * 1000
+/** How long a snapshots call is retried while containerd's proxy plugin reconnects to the snapshotter (snapshotsCall). */
+const SNAPSHOTTER_RECONNECT_MS = 15_000
+const SNAPSHOTTER_RETRY_MS = 250
 
 export interface ContainerdPullOptions {
   /** layerd image (NAME:TAG or a manifest digest), or a registry image `docker://HOST/REPO:TAG` whose layers layerd holds. */
@@ -55,6 +58,13 @@ export interface ContainerdPullOptions {
   /** containerd image name; default `image`. */
   name?: string
   snapshotter?: string
+  /**
+   * Called (sync, not awaited) once every layer is prepared, with the top
+   * layer's chain ID: layerd's own pull has its snapshotter mount that
+   * snapshot now, while the image record is written and the caller's `ctr
+   * run` starts, not in that run's Prepare.
+   */
+  onLayersPrepared?: (topChainId: string) => void
 }
 
 export type { ContainerdPullResult }
@@ -112,6 +122,7 @@ export async function containerdPull (opts: ContainerdPullOptions): Promise<Cont
         parent = layer.chainId
       }
       phases.layers = performance.now() - last
+      opts.onLayersPrepared?.(parent)
     })()
     // Both settle before the pull goes on or fails (no write left running against a released lease).
     const [wrote, prepared] = await Promise.allSettled([content, layers])
@@ -141,9 +152,32 @@ async function layerdManifest (store: Pick<ObjectStore, 'get' | 'url'>, image: s
   return await getManifest(store, digest)
 }
 
+/**
+ * A call to containerd's snapshots service, retried on UNAVAILABLE for up to
+ * SNAPSHOTTER_RECONNECT_MS. containerd has answered by then (the lease came
+ * first), so UNAVAILABLE is its proxy plugin's connection to the snapshotter:
+ * containerd dials it at start with a first handshake deadline of about 1 s
+ * (gRPC's backoff, its connect timeout unset), which a loaded layerd loading
+ * gRPC on that first dial can miss ("timed out waiting for server
+ * handshake"); while it backs off (capped at 3 s) containerd fails such calls
+ * at once, unsent. Async; other errors, and UNAVAILABLE after the window, throw.
+ */
+async function snapshotsCall (client: ContainerdClient, method: string, request: unknown): Promise<void> {
+  const deadline = Date.now() + SNAPSHOTTER_RECONNECT_MS
+  for (;;) {
+    try {
+      await client.call('snapshots', method, request)
+      return
+    } catch (err) {
+      if (!(err instanceof DaemonUnavailableError) || Date.now() >= deadline) throw err
+      await new Promise(resolve => setTimeout(resolve, SNAPSHOTTER_RETRY_MS))
+    }
+  }
+}
+
 async function snapshotExists (client: ContainerdClient, snapshotter: string, key: string): Promise<boolean> {
   try {
-    await client.call('snapshots', 'Stat', { snapshotter, key })
+    await snapshotsCall(client, 'Stat', { snapshotter, key })
     return true
   } catch (err) {
     if (err instanceof NotFoundError) return false
@@ -155,12 +189,12 @@ async function snapshotExists (client: ContainerdClient, snapshotter: string, ke
 async function prepareRemote (client: ContainerdClient, snapshotter: string, chainId: string, parent: string, labels: Record<string, string>, what: string, fromRegistry: boolean): Promise<void> {
   const key = `extract-layerctl-${randomBytes(6).toString('hex')} ${chainId}`
   try {
-    await client.call('snapshots', 'Prepare', { snapshotter, key, parent, labels })
+    await snapshotsCall(client, 'Prepare', { snapshotter, key, parent, labels })
   } catch (err) {
     if (err instanceof AlreadyExistsError) return
     throw err
   }
-  await client.call('snapshots', 'Remove', { snapshotter, key }).catch(() => {})
+  await snapshotsCall(client, 'Remove', { snapshotter, key }).catch(() => {})
   throw new NotRemoteError(fromRegistry
     ? `${what}: layerd's store does not hold this layer (no layer-by-blob entry for it: \`layerctl push\` the image first), so it cannot be served lazily; \`ctr image pull --snapshotter ${snapshotter}\` pulls it the ordinary way`
     : `${what}: the ${snapshotter} snapshotter did not serve it from layerd's store (is layerd running for this store, and is containerd's proxy plugin "${snapshotter}" its snapshotter.sock?); nothing to download it from`)

@@ -1,9 +1,10 @@
 /**
  * The lazy path under a real containerd 1.6: `layerctl containerd pull` of
  * the Debian python image from layerd's store (no layer downloaded or
- * unpacked), `ctr run` on it reading a few percent of the image, containers
- * that keep running across a containerd restart, and GC after `ctr image
- * rm` leaving no mount or directory behind.
+ * unpacked), `ctr run` on it reading a few percent of the image, two
+ * task images on one base sharing that base's one FUSE mount (as overlay2
+ * shares a base layer), containers that keep running across a containerd
+ * restart, and GC after `ctr image rm` leaving no mount or directory behind.
  */
 import t from 'tap'
 import { existsSync } from 'node:fs'
@@ -12,6 +13,9 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { ContainerdInstance } from '../../fixtures/containerd.js'
 import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
+import { dir, file } from '../../fixtures/layer-dsl.js'
+import { PROJECT_DIR, writeTaskLayout } from '../../bench/deploy/task-image.js'
+import { mountsUnder as hostMountsUnder } from '../host/mount-table.js'
 import { parseRef } from '../format/ref.js'
 import { loadImage } from '../image/load-image.js'
 import { pushImage } from '../image/push.js'
@@ -25,6 +29,7 @@ const work = await mkdtemp('/tmp/layerd-ctr-')
 t.teardown(async () => await rm(work, { recursive: true, force: true }))
 const node = layerdNode(join(work, 'node'))
 let storedBytes = 0
+const TASKS = ['a', 'b']
 let tocEntries = 0
 {
   const store = openStore(node.store)
@@ -32,6 +37,13 @@ let tocEntries = 0
   const loaded = await loadImage(store, 'deb/python:v1')
   storedBytes = loaded.manifest.layers.reduce((n, l) => n + l.storedBytes, 0)
   tocEntries = loaded.manifest.layers.reduce((n, l) => n + l.entries, 0)
+  await pushImage(images.images['python-v2'].dockerArchive, parseRef('deb/python:v2'), { store, db: openMemoryNodeDb() })
+  // Two task images on python-v1 (its layers plus one project layer each), as the deploy corpus builds them.
+  for (const name of TASKS) {
+    const layout = join(work, `layout-${name}`)
+    await writeTaskLayout(layout, images.images['python-v1'].ociLayout, { entries: [dir('work'), dir(PROJECT_DIR), file(`${PROJECT_DIR}/task.txt`, `task ${name}\n`)], files: 1, bytes: 0 }, name)
+    await pushImage(`oci:${layout}`, parseRef(`deb/task-${name}:v1`), { store, db: openMemoryNodeDb() })
+  }
   await store.close()
 }
 await node.startDaemon()
@@ -72,6 +84,46 @@ t.test('layerctl containerd pull, then ctr run: python answers, reading a few pe
   t.equal((JSON.parse(again.stdout) as { alreadyThere: number }).alreadyThere, r.layers, 'a second pull finds every snapshot there')
 })
 
+t.test('two task images on one base: each container stands on its own top layer over the same shared base mount, and reads both', async t => {
+  const lowers: string[][] = []
+  for (const name of TASKS) {
+    const pull = await node.layerctl('containerd', 'pull', `deb/task-${name}:v1`, '--address', containerd.address)
+    t.equal(pull.code, 0, pull.stderr)
+    const id = `task-${name}-1`
+    const create = await containerd.ctr('containers', 'create', '--snapshotter', 'layerd', `deb/task-${name}:v1`, id, 'true')
+    t.equal(create.code, 0, create.stderr)
+    // ctr's container snapshot key is the container's id.
+    const mounts = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'mounts', '/tmp/x', id)
+    const lowerdir = /lowerdir=(\S+)/.exec(mounts.stdout)?.[1]
+    t.ok(lowerdir !== undefined, `an overlay with lower dirs: ${mounts.stdout}`)
+    lowers.push((lowerdir ?? '').split(':'))
+    t.equal((await containerd.ctr('containers', 'rm', id)).code, 0)
+    const py = await run(`deb/task-${name}:v1`, `task-${name}-2`, 'python3', '-c', `print(open('/${PROJECT_DIR}/task.txt').read().strip(), 6*7)`)
+    t.equal(py.stdout.trim(), `task ${name} 42`, `python from the base, the project file from the top layer: ${py.stderr}`)
+  }
+  const [a, b] = lowers as [string[], string[]]
+  t.equal(a.length, 2, `two lower dirs, the top layer and the base: ${a.join(':')}`)
+  t.not(a[0], b[0], 'each image has its own top layer mount')
+  t.equal(a[1], b[1], 'both stand on the same base mount')
+  const mounted = await hostMountsUnder(node.home)
+  for (const d of [...a, ...b]) t.ok(mounted.includes(d), `${d} is a mount`)
+  t.ok(a[1]!.startsWith(join(node.home, 'images', 'base-')), `the base is the node's shared base mount: ${a[1]}`)
+  for (const name of TASKS) t.equal((await containerd.ctr('images', 'rm', '--sync', `deb/task-${name}:v1`)).code, 0)
+})
+
+t.test('a top layer with a whiteout (python-v2 removes /etc/issue.net) is one merged mount of its chain, and the file is gone', async t => {
+  const pull = await node.layerctl('containerd', 'pull', 'deb/python:v2', '--address', containerd.address)
+  t.equal(pull.code, 0, pull.stderr)
+  t.equal((await containerd.ctr('containers', 'create', '--snapshotter', 'layerd', 'deb/python:v2', 'v2-1', 'true')).code, 0)
+  const mounts = await containerd.ctr('snapshots', '--snapshotter', 'layerd', 'mounts', '/tmp/x', 'v2-1')
+  const lowerdir = /lowerdir=(\S+)/.exec(mounts.stdout)?.[1] ?? ''
+  t.equal(lowerdir.split(':').length, 1, `one lower dir, the merged chain: ${mounts.stdout}`)
+  t.equal((await containerd.ctr('containers', 'rm', 'v2-1')).code, 0)
+  const py = await run('deb/python:v2', 'v2-2', 'python3', '-c', 'import os; print(os.path.exists("/etc/issue.net"), os.path.exists("/etc/issue"))')
+  t.equal(py.stdout.trim(), 'False True', py.stderr)
+  t.equal((await containerd.ctr('images', 'rm', '--sync', 'deb/python:v2')).code, 0)
+})
+
 t.test('layerctl containerd pull of an image layerd does not have fails, naming it', async t => {
   const pull = await node.layerctl('containerd', 'pull', 'deb/none:v1', '--address', containerd.address)
   t.equal(pull.code, 1)
@@ -109,4 +161,5 @@ t.test('containerd\'s GC after ctr image rm unmounts and removes every remote sn
   t.equal(ls.stdout.trim().split('\n').length, 1, ls.stdout)
   t.same(await readdir(snapshotsDir), [], 'no snapshot directory left')
   t.equal(await mountsUnder(snapshotsDir), 0, 'no mount left')
+  t.equal(await mountsUnder(join(node.home, 'images')), 0, 'no shared base mount left')
 })

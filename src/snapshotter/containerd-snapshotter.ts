@@ -45,7 +45,7 @@ export async function containerdSnapshotterService (parts: DaemonParts, store: S
   try {
     const running = await startContainerdSnapshotter({ ...parts, store })
     parts.log(`containerd snapshotter serving ${snapshotterSocketPath(parts.home)} (remote snapshots from ${store.store})`)
-    return { close: running.close, handlers: pullHandlers(parts.stores) }
+    return { close: running.close, handlers: pullHandlers(parts.stores, running.preload, chainId => { running.snapshotter.warm(chainId) }) }
   } catch (err) {
     if (!(err instanceof UnsupportedError)) throw err
     parts.log(`containerd snapshotter not started: ${err.message}`)
@@ -55,18 +55,21 @@ export async function containerdSnapshotterService (parts: DaemonParts, store: S
 }
 
 /** containerdPull, against the request's store (which must be the one remote snapshots come from, or the Prepares fail naming the layer). */
-function pullHandlers (stores: StorePool): Pick<ControlHandlers, 'containerdPull'> {
+function pullHandlers (stores: StorePool, preload: () => Promise<void>, warm: (chainId: string) => void): Pick<ControlHandlers, 'containerdPull'> {
   return {
     containerdPull: async p => {
       if (p.image.startsWith('docker://')) throw new BadRequestError(`containerdPull ${p.image}: a docker:// image is pulled by layerctl itself (with the caller's registry credentials), not by layerd`)
       // Loaded on first use: an idle daemon holds none of the pull's code (issue 14).
-      const { containerdPull } = await import('./containerd-pull.js')
+      // The snapshots server loaded first, if containerd has not dialed it yet: its Prepares come back through it. (A
+      // handshake containerd gave up on is retried by containerd-pull.ts's snapshotsCall.)
+      const [{ containerdPull }] = await Promise.all([import('./containerd-pull.js'), preload()])
       return await containerdPull({
         image: p.image,
         store: stores.get(p).store,
         address: p.address,
         namespace: p.namespace,
-        ...(p.name === undefined ? {} : { name: p.name })
+        ...(p.name === undefined ? {} : { name: p.name }),
+        onLayersPrepared: warm
       })
     }
   }
@@ -86,7 +89,12 @@ export async function preloadContainerdSnapshotter (): Promise<void> {
   try { containerdService('snapshots') } catch (err) { if (!(err instanceof UnsupportedError)) throw err }
 }
 
-export interface RunningSnapshotter { snapshotter: LayerdSnapshotter, close: () => Promise<void> }
+export interface RunningSnapshotter {
+  snapshotter: LayerdSnapshotter
+  /** Load the gRPC service now, before containerd first dials (OnDemandSocket.preload). Async; never rejects. */
+  preload: () => Promise<void>
+  close: () => Promise<void>
+}
 
 /** Open the snapshotter, remount what active snapshots stand on, and serve. Async; throws UnsupportedError without containerd's protos. */
 export async function startContainerdSnapshotter (d: ContainerdSnapshotterDeps): Promise<RunningSnapshotter> {
@@ -105,5 +113,5 @@ export async function startContainerdSnapshotter (d: ContainerdSnapshotterDeps):
     return new SnapshotsGrpcServer(snapshotter, d.log)
   }, d.log)
   await socket.listen()
-  return { snapshotter, close: async () => { await socket.close() } }
+  return { snapshotter, preload: async () => { await socket.preload() }, close: async () => { await socket.close() } }
 }

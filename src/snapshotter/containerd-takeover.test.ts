@@ -55,6 +55,10 @@ t.test('a container on lazy snapshots reads correct bytes across 3 layerd SIGKIL
   const snapshotsDir = join(node.home, 'snapshotter', 'snapshots')
   const lazyMounts = await mountsUnder(snapshotsDir)
   t.ok(lazyMounts > 0, `the container stands on ${lazyMounts} lazy mount(s)`)
+  // python-v1's top layer stacks: the container's overlay also stands on the node's shared base mount of its lower layer.
+  const imagesDir = join(node.home, 'images')
+  const baseMounts = await mountsUnder(imagesDir)
+  t.equal(baseMounts, 1, 'and on one shared base mount')
   let pid = await servingPid(node.home, undefined)
   const pids = [pid]
   let lastKillAt = 0
@@ -86,6 +90,7 @@ t.test('a container on lazy snapshots reads correct bytes across 3 layerd SIGKIL
   const log = await readFile(join(node.home, 'layerd.log'), 'utf8')
   t.notMatch(log, /snapshots\/\d+\/fs: .*mounting it again/, 'no lazy mount was mounted afresh (its connection would have ended)')
   t.equal(await mountsUnder(snapshotsDir), lazyMounts, 'the same lazy mounts stand')
+  t.equal(await mountsUnder(imagesDir), baseMounts, 'the base is still mounted (the reader above read through it across the kills)')
   // containerd reaches the new daemon's snapshotter (it listens after the daemon's control socket): a new container starts on the same snapshots.
   const listening = async (): Promise<boolean> => await new Promise(resolve => {
     const c = connect(snapshotterSocketPath(node.home), () => { c.destroy(); resolve(true) })

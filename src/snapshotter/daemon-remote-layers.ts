@@ -41,8 +41,9 @@ export class DaemonRemoteLayers implements RemoteLayers {
     return { ...this.store, layers: [...(parent?.remote?.layers ?? []), found.digest] }
   }
 
-  async mount (chain: RemoteChain, mountpoint: string): Promise<void> {
-    await this.mounts.mountLayerChain({ store: chain.store, ...(chain.s3Endpoint === undefined ? {} : { s3Endpoint: chain.s3Endpoint }), mountpoint, name: `containerd layer ${chain.layers.at(-1)!}`, layers: chain.layers })
+  async mount (chain: RemoteChain, mountpoint: string): Promise<string[]> {
+    const m = await this.mounts.mountLayerChain({ store: chain.store, ...(chain.s3Endpoint === undefined ? {} : { s3Endpoint: chain.s3Endpoint }), mountpoint, name: `containerd layer ${chain.layers.at(-1)!}`, layers: chain.layers })
+    return m.lowerDirs
   }
 
   async layerUsage (chain: RemoteChain): Promise<SnapshotUsage> {
@@ -52,12 +53,12 @@ export class DaemonRemoteLayers implements RemoteLayers {
     return { size, inodes: toc.entries.length }
   }
 
-  isMounted (mountpoint: string): boolean {
-    return this.mounts.list().some(m => m.mountpoint === mountpoint)
+  lowerDirs (mountpoint: string): string[] | undefined {
+    return this.mounts.layerChainLowerDirs(mountpoint)
   }
 
   async unmount (mountpoint: string): Promise<void> {
-    if (this.isMounted(mountpoint)) {
+    if (this.lowerDirs(mountpoint) !== undefined) {
       await this.mounts.unmount(mountpoint)
       return
     }

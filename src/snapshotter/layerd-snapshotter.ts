@@ -9,7 +9,10 @@
  *   unpacks the layers it pulled into them, and Commit keeps the directory
  *   under the new name.
  * - A remote snapshot is a committed snapshot whose `fs` is a lazy FUSE
- *   mount of layerd layers (the chain from the bottom layer to it, merged):
+ *   mount of layerd layers: its own layer, stacked over the node's shared
+ *   mount of the layers below it (so images on one base share its page
+ *   cache), or the chain from the bottom layer to it merged, when the layer
+ *   cannot be stacked (RemoteLayers.mount says which: the lower dirs):
  *   Prepare with `containerd.io/snapshot.ref` = TARGET, a parent that is
  *   none or remote, and a layer that `RemoteLayers.resolve` finds, commits
  *   TARGET at once and answers ALREADY_EXISTS (containerd's
@@ -57,10 +60,15 @@ export interface RemoteLayers {
    * never throws for "not held".
    */
   resolve: (labels: Record<string, string>, parent: SnapshotRecord | undefined) => Promise<RemoteChain | undefined>
-  /** Mount `chain` read-only at `mountpoint` (an existing empty directory). Async. */
-  mount: (chain: RemoteChain, mountpoint: string) => Promise<void>
-  /** Whether layerd serves a mount at `mountpoint`. Sync. */
-  isMounted: (mountpoint: string) => boolean
+  /**
+   * Mount `chain` read-only at `mountpoint` (an existing empty directory).
+   * Resolves to the read-only directories that show the chain, nearest
+   * first, for the lowerdir of an overlay over it: the mountpoint, and, when
+   * the chain is served stacked, the shared mount of its lower layers. Async.
+   */
+  mount: (chain: RemoteChain, mountpoint: string) => Promise<string[]>
+  /** The directories (as mount() resolved to) of the chain layerd serves at `mountpoint`, or undefined when it serves none there. Sync. */
+  lowerDirs: (mountpoint: string) => string[] | undefined
   /** Detach the mount at `mountpoint`, if any. Async; never throws for "not mounted". */
   unmount: (mountpoint: string) => Promise<void>
   /**
@@ -83,7 +91,7 @@ export class LayerdSnapshotter {
   readonly #records: ContainerdSnapshotTable
   readonly #remote: RemoteLayers
   readonly #log: (line: string) => void
-  readonly #mounting = new Map<string, Promise<string>>()
+  readonly #mounting = new Map<string, Promise<string[]>>()
 
   constructor (opts: SnapshotterOptions) {
     this.#root = opts.root
@@ -148,7 +156,11 @@ export class LayerdSnapshotter {
     const r = this.#get(key)
     const children = this.#records.children(key)
     if (children > 0) throw new FailedPreconditionError(`cannot remove snapshot ${key}: ${children} snapshot(s) have it as parent`)
-    if (r.remote !== undefined) await this.#remote.unmount(join(this.dirOf(r.id), 'fs'))
+    if (r.remote !== undefined) {
+      const mountpoint = join(this.dirOf(r.id), 'fs')
+      await this.#mounting.get(mountpoint)?.catch(() => {}) // a mount started ahead (warm) ends before the unmount
+      await this.#remote.unmount(mountpoint)
+    }
     this.#records.delete(key)
     try {
       await rm(this.dirOf(r.id), { recursive: true, force: true })
@@ -245,6 +257,19 @@ export class LayerdSnapshotter {
     return mounted
   }
 
+  /**
+   * Mount now, in the background, the remote snapshot committed for chain
+   * `target` (the top layer of an image just pulled), so the first
+   * container's Prepare finds it mounted. Sync; starts it and returns. Does
+   * nothing when no remote snapshot has that target; a failed mount is
+   * logged, and the container's Prepare mounts again.
+   */
+  warm (target: string): void {
+    const r = this.#records.all().find(x => x.remote !== undefined && x.kind === 'committed' && x.labels[TARGET_SNAPSHOT_REF_LABEL] === target)
+    if (r === undefined) return
+    this.#ensureMounted(r).catch(err => { this.#log(`mounting remote snapshot ${r.key} ahead of its first container: ${describeError(err)}`) })
+  }
+
   #get (key: string): SnapshotRecord {
     const r = this.#records.get(key)
     if (r === undefined) throw new NotFoundError(`snapshot ${key} does not exist`)
@@ -320,13 +345,13 @@ export class LayerdSnapshotter {
     return [{ type: 'overlay', source: 'overlay', target: '', options: [...(remoteBelow ? ['xino=off'] : []), `lowerdir=${lowers.dirs.join(':')}`] }]
   }
 
-  /** The lower directories of a snapshot over `parent`, nearest first: ordinary parents' `fs`, down to a remote one's mount (which shows its whole chain). */
+  /** The lower directories of a snapshot over `parent`, nearest first: ordinary parents' `fs`, down to a remote one's mounts (which show its whole chain). */
   async #lowers (parent: string): Promise<{ dirs: string[], remote: boolean }> {
     const dirs: string[] = []
     for (let key = parent; key !== '';) {
       const p = this.#get(key)
       if (p.remote !== undefined) {
-        dirs.push(await this.#ensureMounted(p))
+        dirs.push(...await this.#ensureMounted(p))
         return { dirs, remote: true }
       }
       dirs.push(join(this.dirOf(p.id), 'fs'))
@@ -335,16 +360,16 @@ export class LayerdSnapshotter {
     return { dirs, remote: false }
   }
 
-  /** The FUSE mount of remote snapshot `r`, mounted on first use (concurrent callers share one mount). Async. */
-  async #ensureMounted (r: SnapshotRecord): Promise<string> {
+  /** The FUSE mounts of remote snapshot `r` (lower dirs, nearest first), mounted on first use (concurrent callers share one mount). Async. */
+  async #ensureMounted (r: SnapshotRecord): Promise<string[]> {
     const mountpoint = join(this.dirOf(r.id), 'fs')
-    if (this.#remote.isMounted(mountpoint)) return mountpoint
+    const mounted = this.#remote.lowerDirs(mountpoint)
+    if (mounted !== undefined) return mounted
     let pending = this.#mounting.get(mountpoint)
     if (pending === undefined) {
       pending = (async () => {
         await this.#remote.unmount(mountpoint) // a dead mount left by an earlier daemon
-        await this.#remote.mount(r.remote!, mountpoint)
-        return mountpoint
+        return await this.#remote.mount(r.remote!, mountpoint)
       })().finally(() => this.#mounting.delete(mountpoint))
       this.#mounting.set(mountpoint, pending)
     }

@@ -56,21 +56,39 @@ export class OnDemandSocket {
     this.#server = server
   }
 
-  #accept (socket: Socket): void {
-    if (this.#closed) { socket.destroy(); return }
-    this.#handler ??= this.#load()
-    const handler = this.#handler
-    handler.then(h => {
-      if (this.#closed) socket.destroy()
-      else h.take(socket)
-    }, (err: unknown) => {
-      socket.destroy()
+  /**
+   * Load the handler now, if no connection has yet: for a caller about to
+   * make the client connect (the daemon's own containerd pull), so the
+   * client's first handshake is not answered only after the load. Async;
+   * never rejects (a failed load is logged; the next connection tries again).
+   */
+  async preload (): Promise<void> {
+    if (this.#closed) return
+    const handler = this.#loadHandler()
+    await handler.then(() => {}, () => {})
+  }
+
+  #loadHandler (): Promise<SocketHandler> {
+    if (this.#handler !== undefined) return this.#handler
+    const handler = this.#load()
+    this.#handler = handler
+    handler.catch((err: unknown) => {
       // One log line per failed load; the next connection loads again.
       if (this.#handler === handler) {
         this.#handler = undefined
         this.#log(`${this.#path}: cannot load its server: ${(err as Error)?.message ?? String(err)}`)
       }
     })
+    return handler
+  }
+
+  #accept (socket: Socket): void {
+    if (this.#closed) { socket.destroy(); return }
+    const handler = this.#loadHandler()
+    handler.then(h => {
+      if (this.#closed) socket.destroy()
+      else h.take(socket)
+    }, () => { socket.destroy() })
   }
 
   /** Stop accepting, close the loaded handler and remove the socket file. Async; idempotent. */

@@ -11,7 +11,8 @@
  * | S3 endpoint | `--s3-endpoint URL` | LAYERD_S3_ENDPOINT |
  * | cache cap of a daemon started on demand | `layerd --cache-size` | LAYERD_CACHE_SIZE |
  * | memory use above which layerd reclaims (default: half the limit; off) | `layerd --memory-target SIZE` | LAYERD_MEMORY_TARGET |
- * | image stacks (0: one merged mount per image) | | LAYERD_STACKS |
+ * | image stacks (0: one merged mount per image, and per containerd layer chain) | | LAYERD_STACKS |
+ * | a containerd chain's small top layer fetched whole at mount (0: on demand only) | | LAYERD_TOP_PREFETCH |
  * | FUSE backend (kernel, fuse-native) | | LAYERD_FUSE_BACKEND |
  * | guest kernel, its modules, where to look for one | | LAYERD_VM_KERNEL, LAYERD_VM_MODULES, LAYERD_VM_KERNEL_DIR |
  * | VM accelerator (auto, kvm, tcg) | | LAYERD_VM_ACCEL |
@@ -43,6 +44,8 @@ export interface Settings {
   memoryTarget?: string
   /** Images for sandboxes as stacks (a shared base mount, the top layer, an overlay). Default true. */
   stacks: boolean
+  /** A stacked containerd layer chain's small top layer is fetched whole at mount. Default true. */
+  topLayerPrefetch: boolean
   /** 'kernel' or 'fuse-native'; undefined: the kernel backend when it can serve. */
   fuseBackend?: string
   /** Under a holder, keep a warm standby layerd loaded while one serves (LAYERD_WARM_STANDBY=0: none). Default true. */
@@ -78,6 +81,7 @@ export function resolveSettings (flags: SettingFlags, env: NodeJS.ProcessEnv = p
     ...(cacheSize === undefined ? {} : { cacheSize }),
     ...(memoryTarget === undefined ? {} : { memoryTarget }),
     stacks: env.LAYERD_STACKS !== '0',
+    topLayerPrefetch: env.LAYERD_TOP_PREFETCH !== '0',
     warmStandby: env.LAYERD_WARM_STANDBY !== '0',
     ...(fuseBackend === undefined ? {} : { fuseBackend }),
     vm
