@@ -3,9 +3,11 @@
  * create → exec `true` → destroy for S seconds, over a real layerd mount of
  * the Debian python image with a warm chunk cache (`layerctl pull --all`).
  * The library path calls createSandbox() (src/sandbox/); `--cli` runs
- * `layerctl run --tier T IMAGE -- true` as a harness in another language would.
+ * `layerctl run --tier T IMAGE -- true` as a harness in another language would:
+ * through layerctl's C front (native/layerctl.c, served by layerd's run
+ * socket), or with `--client node` through the Node CLI (a Node process each).
  *
- *   node dist/bench/churn.js [--tier process|container] [--runtime runc|crun] [--seconds S] [--concurrency C] [--cli] [--out DIR]
+ *   node dist/bench/churn.js [--tier process|container] [--runtime runc|crun] [--seconds S] [--concurrency C] [--cli [--client front|node]] [--out DIR]
  *
  * Without --concurrency it sweeps C = 1, 2, 4, 8, 16. Writes <out>/churn.json
  * ({ tier, concurrency, seconds, created, perSecond, p50Ms, p99Ms, errors } of
@@ -18,7 +20,7 @@ import { mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
-import { layerdNode, LAYERCTL_ENTRY, run } from '../fixtures/layerd-harness.js'
+import { layerdNode, LAYERCTL_ENTRY, LAYERCTL_FRONT, run } from '../fixtures/layerd-harness.js'
 import { createSandbox } from '../src/sandbox/create-sandbox.js'
 import type { OciRuntimeName } from '../src/runtime/container/oci-runtime.js'
 import type { Tier } from '../src/runtime/sandbox.js'
@@ -30,6 +32,7 @@ const SPEC = {
   seconds: { type: 'string', default: '20', value: 'S' },
   concurrency: { type: 'string', value: 'C' },
   cli: { type: 'boolean' },
+  client: { type: 'string', default: 'front', value: 'front|node' },
   runtime: { type: 'string', default: 'runc', value: 'runc|crun' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
@@ -91,6 +94,7 @@ async function main (): Promise<void> {
   const seconds = a.number('seconds', { min: 1 })
   const levels = a.optString('concurrency') === undefined ? [1, 2, 4, 8, 16] : [a.number('concurrency', { min: 1 })]
   const cli = a.flag('cli')
+  const client = a.choice<'front' | 'node'>('client', ['front', 'node'])
   const runtime = a.choice<OciRuntimeName>('runtime', ['runc', 'crun'])
   const command = `node dist/bench/churn.js ${process.argv.slice(2).join(' ')}`.trim()
   const images = await ensureDebianImages()
@@ -112,7 +116,8 @@ async function main (): Promise<void> {
       } finally { await sb.destroy() }
     }
     const viaCli = async (): Promise<void> => {
-      const r = await run(process.execPath, [LAYERCTL_ENTRY, 'run', '--tier', tier, ...(tier === 'container' ? ['--runtime', runtime] : []), 'bench/python:v1', '--', 'true'], node.env)
+      const args = ['run', '--tier', tier, ...(tier === 'container' ? ['--runtime', runtime] : []), 'bench/python:v1', '--', 'true']
+      const r = client === 'front' ? await run(LAYERCTL_FRONT, args, node.env) : await run(process.execPath, [LAYERCTL_ENTRY, ...args], node.env)
       if (r.code !== 0) throw new Error(`layerctl run exited ${r.code}: ${r.stderr}`)
     }
     const one = cli ? viaCli : library
@@ -128,17 +133,17 @@ async function main (): Promise<void> {
     const best = rows.reduce((b, r) => r.perSecond > b.perSecond ? r : b)
     const target = tier === 'process' ? (cli ? 25 : 50) : (cli ? 25 : 30)
     const table = markdownTable(['path', 'tier', 'C', 'created', 'per second', 'p50 ms', 'p99 ms', 'CPU-ms per sandbox', 'errors'],
-      rows.map(r => [cli ? 'layerctl run' : 'library', r.tier, String(r.concurrency), String(r.created), fmt(r.perSecond, 1), fmt(r.p50Ms, 0), fmt(r.p99Ms, 0), fmt(r.cpuMsPerSandbox ?? NaN, 1), String(r.errors)]))
+      rows.map(r => [cli ? `layerctl run (${client === 'front' ? 'C front' : 'Node CLI'})` : 'library', r.tier, String(r.concurrency), String(r.created), fmt(r.perSecond, 1), fmt(r.p50Ms, 0), fmt(r.p99Ms, 0), fmt(r.cpuMsPerSandbox ?? NaN, 1), String(r.errors)]))
     const verdict = `Best C = ${best.concurrency}: ${fmt(best.perSecond, 1)}/s (target ≥ ${target}/s ${best.perSecond >= target ? '✓' : '✗'}), ` +
       `p99 ${fmt(best.p99Ms, 0)} ms (target < 250 ms ${best.p99Ms < 250 ? '✓' : '✗'}), ${best.errors} errors. No warm pool.` +
       (best.cpuMsPerSandbox === undefined ? '' : ` CPU per sandbox (this process, layerd and their children): ${fmt(best.cpuMsPerSandbox, 1)} ms, so 2 idle cores would allow at most ${fmt(2000 / best.cpuMsPerSandbox, 0)}/s.`)
     await writeReport({
       name: 'churn',
-      title: `Sandbox churn: ${tier} tier${tier === 'container' ? ` (${runtime})` : ''}, ${cli ? 'layerctl run' : 'library API'}`,
+      title: `Sandbox churn: ${tier} tier${tier === 'container' ? ` (${runtime})` : ''}, ${cli ? `layerctl run (${client === 'front' ? 'C front' : 'Node CLI'})` : 'library API'}`,
       command,
       load: load.stop(),
       markdown: `${table}\n\n${verdict}\n`,
-      data: { tier, ...(tier === 'container' ? { runtime } : {}), concurrency: best.concurrency, seconds: best.seconds, created: best.created, perSecond: best.perSecond, p50Ms: best.p50Ms, p99Ms: best.p99Ms, errors: best.errors, cli, warmPool: false, rows }
+      data: { tier, ...(tier === 'container' ? { runtime } : {}), concurrency: best.concurrency, seconds: best.seconds, created: best.created, perSecond: best.perSecond, p50Ms: best.p50Ms, p99Ms: best.p99Ms, errors: best.errors, cli, ...(cli ? { client } : {}), warmPool: false, rows }
     }, a.string('out'))
   } finally {
     await node.stopDaemon().catch(() => {})
