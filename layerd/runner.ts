@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 /**
- * layerd's runner: serves `layerctl run` for the C front (native/layerctl.c),
- * one connection of `<home>/run.sock` at a time as layerd hands them over
- * (src/cli/run-server.ts), each with src/cli/run-connection.ts. Started by
- * layerd with an IPC channel; not for direct use.
+ * layerd's runner: serves `layerctl run` for the C front (native/layerctl.c):
+ * every connection of `<home>/run.sock` that layerd hands over
+ * (src/cli/run-server.ts), concurrently, each with src/cli/run-connection.ts.
+ * Started by layerd with an IPC channel; not for direct use.
  *
  *   node dist/layerd/runner.js --home DIR
  *

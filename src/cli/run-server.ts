@@ -30,7 +30,10 @@ import { createServer, type Server, type Socket } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { runSocketPath } from './run-protocol.js'
 
-/** Connections waiting for, or held by, the runner; more are closed on accept (each run holds a sandbox). */
+/**
+ * Connections layerd itself holds at once (those waiting for the runner to start); more are closed on
+ * accept. Once handed over, a connection is the runner's: like as many layerctl processes, runs are not capped.
+ */
 export const MAX_RUN_CONNECTIONS = 256
 /** The compiled runner entry (dist/layerd/runner.js), relative to this module (dist/src/cli/). */
 export const RUNNER_ENTRY = fileURLToPath(new URL('../../layerd/runner.js', import.meta.url))
