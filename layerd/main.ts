@@ -2,7 +2,8 @@
 /**
  * layerd: the node daemon. A thin composition root: flags, then the daemon
  * object graph (src/daemon/layerd-daemon.ts, with the sandbox sweep of
- * src/runtime/ and containerd's snapshotter of src/snapshotter/ plugged in),
+ * src/runtime/, containerd's snapshotter of src/snapshotter/ and the run
+ * socket of src/cli/run-server.ts plugged in),
  * then serve until SIGTERM.
  *
  *   layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--no-restore] [--foreground]
@@ -31,6 +32,7 @@ import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
 import { containerdSnapshotterService, preloadContainerdSnapshotter } from '../src/snapshotter/containerd-snapshotter.js'
 import { nativeMemory } from '../src/native.js'
+import { startRunServer } from '../src/cli/run-server.js'
 import { HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV } from '../src/holder/fd-store-protocol.js'
 
 /** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
@@ -126,7 +128,8 @@ async function main (): Promise<number> {
     log,
     ...(metricsAddr === undefined ? {} : { metricsAddr }),
     sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),
-    services: [async parts => await containerdSnapshotterService(parts, snapshotterStore)],
+    // `layerctl run` for the C front (native/layerctl.c), done by a runner process this daemon starts on first use (src/cli/run-server.ts).
+    services: [async parts => await containerdSnapshotterService(parts, snapshotterStore), async parts => await startRunServer(parts)],
     preload: [preloadContainerdSnapshotter],
     sweepAtStart: async (db, log) => {
       // The sandbox runtimes' code is loaded only when there is something to clean.

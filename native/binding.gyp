@@ -3,5 +3,11 @@
     "target_name": "layerd_native",
     "sources": ["layerd_native.c", "fuse_server.c", "fastcdc.c", "fd_passing.c", "memory.c"],
     "cflags": ["-O2", "-Wall", "-Wextra", "-std=gnu11"]
+  }, {
+    "target_name": "layerctl",
+    "type": "executable",
+    "sources": ["layerctl.c"],
+    "cflags": ["-O2", "-Wall", "-Wextra", "-std=gnu11"],
+    "defines": ["LAYERCTL_NODE=\"<!(node -p process.execPath)\""]
   }]
 }

@@ -2,6 +2,7 @@
  * The shape of a layerctl command and the context it runs in. Commands are
  * thin: they parse their arguments, call into src/, and print.
  */
+import type { Writable } from 'node:stream'
 import type { ParseArgsConfig } from 'node:util'
 import type { Settings } from '../state/settings.js'
 import type { ObjectStore } from '../store/object-store.js'
@@ -30,7 +31,19 @@ export interface CommandContext {
   db: () => NodeDb
   /** Run `fn` when the command ends (close handles). */
   defer: (fn: () => Promise<void> | void) => void
+  /** Where a command's streamed output goes (a sandbox's stdout and stderr): this process's, or the run socket's client. */
+  stdio: CommandStdio
+  /**
+   * Call `fn` if the caller goes away before the command ends (SIGINT or
+   * SIGTERM to layerctl; the run socket's client hanging up). Returns the
+   * unregistration. After `fn`, a layerctl process exits 130.
+   */
+  onCallerGone: (fn: () => Promise<void>) => () => void
+  /** layerd itself runs this command (the run socket, src/cli/run-server.ts): the daemon must not be started. */
+  inDaemon: boolean
 }
+
+export interface CommandStdio { stdout: Writable, stderr: Writable }
 
 export interface Command {
   name: string

@@ -9,9 +9,9 @@ import { LayerdError, UsageError, describeError } from '../errors.js'
 import { openStore } from '../store/open-store.js'
 import type { ObjectStore } from '../store/object-store.js'
 import { openNodeDb, type NodeDb } from '../state/node-db.js'
-import type { Command, CommandContext, OptionSpec } from './command.js'
+import type { Command, CommandContext, CommandStdio, OptionSpec } from './command.js'
 import { commands } from './commands/index.js'
-import { resolveSettings } from '../state/settings.js'
+import { resolveSettings, type Settings } from '../state/settings.js'
 
 export const EXIT_OK = 0
 export const EXIT_FAILURE = 1
@@ -31,6 +31,12 @@ export interface MainIo {
   stderr: (line: string) => void
   stderrIsTTY: boolean
   env: NodeJS.ProcessEnv
+  /** Streamed output (CommandContext.stdio); default this process's stdout and stderr. */
+  stdio?: CommandStdio
+  /** CommandContext.onCallerGone; default SIGINT/SIGTERM, then exit 130. */
+  onCallerGone?: CommandContext['onCallerGone']
+  /** layerd runs this command (CommandContext.inDaemon). */
+  inDaemon?: boolean
 }
 
 const defaultIo: MainIo = {
@@ -38,6 +44,29 @@ const defaultIo: MainIo = {
   stderr: line => process.stderr.write(line + '\n'),
   stderrIsTTY: process.stderr.isTTY === true,
   env: process.env
+}
+
+/** The caller of a layerctl process is gone when it is interrupted: clean up, then exit as interrupted. */
+function onSignals (fn: () => Promise<void>): () => void {
+  const gone = (): void => { void fn().finally(() => process.exit(130)) }
+  process.once('SIGINT', gone).once('SIGTERM', gone)
+  return () => { process.off('SIGINT', gone).off('SIGTERM', gone) }
+}
+
+/**
+ * The command `argv` names and its settings, as main() would resolve them,
+ * or undefined when main() would refuse the arguments. Sync; never throws.
+ * The run socket uses it to serve only `run` requests for its own home.
+ */
+export function commandSettings (argv: string[], env: NodeJS.ProcessEnv): { command: string, settings: Settings, homeGiven?: string } | undefined {
+  const index = argv.findIndex(a => !a.startsWith('-'))
+  const command = commands.find(c => c.name === argv[index])
+  if (command === undefined) return undefined
+  try {
+    const { values } = parseCommandArgs(command, [...argv.slice(0, index), ...argv.slice(index + 1)])
+    const homeGiven = (values.home as string | undefined) ?? env.LAYERD_HOME
+    return { command: command.name, settings: resolveSettings(values as Record<string, string>, env), ...(homeGiven === undefined ? {} : { homeGiven }) }
+  } catch { return undefined }
 }
 
 /** Run layerctl with `argv` (without node and script). Resolves to the exit code; never throws. */
@@ -85,7 +114,10 @@ export async function main (argv: string[], io: MainIo = defaultIo): Promise<num
         }
         return db
       },
-      defer: fn => { deferred.push(fn) }
+      defer: fn => { deferred.push(fn) },
+      stdio: io.stdio ?? { stdout: process.stdout, stderr: process.stderr },
+      onCallerGone: io.onCallerGone ?? onSignals,
+      inDaemon: io.inDaemon === true
     }
     return (await command.run(ctx, { values, positionals })) ?? EXIT_OK
   } catch (err) {

@@ -43,19 +43,18 @@ export const runCommand: Command = {
     const { createSandbox } = await import('../../sandbox/create-sandbox.js')
     const sandbox = await createSandbox({
       image, tier, keep: values.keep === true, limits: limitsFrom(values),
-      home: ctx.settings.home, store: ctx.settings.store,
+      home: ctx.settings.home, store: ctx.settings.store, vm: ctx.settings.vm, startDaemon: !ctx.inDaemon,
       ...(ctx.settings.s3Endpoint === undefined ? {} : { s3Endpoint: ctx.settings.s3Endpoint }),
       ...(runtime === undefined ? {} : { runtime })
     })
-    const destroy = (): void => { void sandbox.destroy().finally(() => process.exit(130)) }
-    if (values.keep !== true) process.once('SIGINT', destroy).once('SIGTERM', destroy)
+    const forget = values.keep === true ? () => {} : ctx.onCallerGone(async () => { await sandbox.destroy() })
     try {
       const timeout = values.timeout === undefined ? undefined : Number(values.timeout)
       if (timeout !== undefined && !(timeout > 0)) throw new UsageError(`invalid --timeout ${JSON.stringify(values.timeout)}: use a number of seconds`)
       const result = await sandbox.exec({
         cmd,
-        stdout: process.stdout,
-        stderr: process.stderr,
+        stdout: ctx.stdio.stdout,
+        stderr: ctx.stdio.stderr,
         ...(values.env === undefined ? {} : { env: values.env as string[] }),
         ...(values.workdir === undefined ? {} : { cwd: values.workdir as string }),
         ...(values.user === undefined ? {} : { user: values.user as string }),
@@ -65,7 +64,7 @@ export const runCommand: Command = {
       if (result.timedOut) ctx.err(`layerctl run: the command timed out after ${values.timeout as string} s and was killed`)
       return result.exitCode
     } finally {
-      process.off('SIGINT', destroy).off('SIGTERM', destroy)
+      forget()
       if (values.keep !== true) await sandbox.destroy()
     }
   }
