@@ -1,7 +1,8 @@
 import t from 'tap'
 import { createServer, type Socket } from 'node:net'
+import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { startS3rver, type S3rverHandle } from '../../fixtures/s3rver.js'
+import { S3RVER_CREDENTIALS, startS3rver, type S3rverHandle } from '../../fixtures/s3rver.js'
 import { NotFoundError, StoreUnavailableError, UsageError } from '../errors.js'
 import { runObjectStoreConformance } from './conformance.js'
 import { RetryingObjectStore } from './retrying-object-store.js'
@@ -47,6 +48,27 @@ t.test('S3ObjectStore reads without the SDK when the credentials are static, and
   t.equal(wrong.reads, 'http')
   await t.rejects(wrong.get('dir/a b+c'), { name: 'UsageError', message: /cannot get dir\/a b\+c in store s3:\/\/[^ ]+: the AWS access key id is not known to the endpoint \(InvalidAccessKeyId 403\)/ })
   await t.rejects(wrong.getRange('dir/a b+c', 0, 1), UsageError)
+})
+
+t.test('S3ObjectStore reads through the SDK when the credentials come from a profile file', async t => {
+  const s3 = shared
+  const profile = join(t.testdir(), 'credentials')
+  await writeFile(profile, `[default]\naws_access_key_id = ${S3RVER_CREDENTIALS.accessKeyId}\naws_secret_access_key = ${S3RVER_CREDENTIALS.secretAccessKey}\n`)
+  const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY, file: process.env.AWS_SHARED_CREDENTIALS_FILE }
+  t.teardown(() => {
+    process.env.AWS_ACCESS_KEY_ID = saved.id
+    process.env.AWS_SECRET_ACCESS_KEY = saved.secret
+    if (saved.file === undefined) delete process.env.AWS_SHARED_CREDENTIALS_FILE
+    else process.env.AWS_SHARED_CREDENTIALS_FILE = saved.file
+  })
+  process.env.AWS_ACCESS_KEY_ID = ''
+  process.env.AWS_SECRET_ACCESS_KEY = ''
+  process.env.AWS_SHARED_CREDENTIALS_FILE = profile
+  const store = new S3ObjectStore({ bucket: s3.bucket, prefix: 'profile', endpoint: s3.endpoint })
+  t.teardown(() => store.close())
+  t.equal(store.reads, 'sdk', 'no static credentials: the SDK\'s chain finds the profile')
+  await store.put('k', Buffer.from('from a profile'))
+  t.equal((await store.getRange('k', 5, 9)).toString(), 'a profile')
 })
 
 t.test('S3ObjectStore keeps its keys under its prefix', async t => {
