@@ -74,16 +74,32 @@ export class S3HttpReader {
     return await readBody(res, Infinity, this.#options.idleTimeoutMs)
   }
 
+  /**
+   * Open a keep-alive connection now (a signed HEAD of the bucket), so that
+   * the first GET finds the TCP (and TLS) handshake done. Async; never
+   * rejects: whatever the answer (even 403 without s3:ListBucket), the
+   * connection stays in the pool; a failure is left to the first real request.
+   */
+  async preconnect (): Promise<void> {
+    const path = `${this.#url.pathname.replace(/\/+$/, '')}${encodeS3Path(`/${this.#bucket}`)}`
+    try {
+      const res = await this.#send(path, this.#signer.sign({ method: 'HEAD', path, headers: { host: this.#url.host } }), 'HEAD')
+      // The socket goes back to the pool once the (empty) body has ended.
+      await new Promise<void>(resolve => { res.once('end', resolve); res.once('error', () => resolve()); res.resume() })
+      await new Promise(resolve => setImmediate(resolve))
+    } catch {}
+  }
+
   /** Close idle keep-alive sockets. Sync; idempotent. */
   close (): void {
     this.#agent.destroy()
   }
 
   /** The response headers of one GET, within the connect and request timeouts. */
-  async #send (path: string, headers: Record<string, string>): Promise<IncomingMessage> {
+  async #send (path: string, headers: Record<string, string>, method: 'GET' | 'HEAD' = 'GET'): Promise<IncomingMessage> {
     return await new Promise<IncomingMessage>((resolve, reject) => {
       const req = this.#request({
-        protocol: this.#url.protocol, hostname: this.#url.hostname, port: this.#url.port, method: 'GET', path, headers, agent: this.#agent
+        protocol: this.#url.protocol, hostname: this.#url.hostname, port: this.#url.port, method, path, headers, agent: this.#agent
       })
       const fail = (err: Error): void => { clearTimeout(answer); req.destroy(err); reject(err) }
       const answer = setTimeout(() => fail(timeoutError(`timed out waiting ${this.#options.requestTimeoutMs} ms for a response`)), this.#options.requestTimeoutMs)

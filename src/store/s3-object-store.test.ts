@@ -7,6 +7,7 @@ import { NotFoundError, StoreUnavailableError, UsageError } from '../errors.js'
 import { runObjectStoreConformance } from './conformance.js'
 import { RetryingObjectStore } from './retrying-object-store.js'
 import { S3ObjectStore } from './s3-object-store.js'
+import { ThrottleProxy } from '../../bench/deploy/throttle-proxy.js'
 
 /** Awaits `promise`, expecting a rejection; returns the error and how long it took. */
 async function timeRejection (promise: Promise<unknown>): Promise<{ err: unknown, ms: number }> {
@@ -48,6 +49,26 @@ t.test('S3ObjectStore reads without the SDK when the credentials are static, and
   t.equal(wrong.reads, 'http')
   await t.rejects(wrong.get('dir/a b+c'), { name: 'UsageError', message: /cannot get dir\/a b\+c in store s3:\/\/[^ ]+: the AWS access key id is not known to the endpoint \(InvalidAccessKeyId 403\)/ })
   await t.rejects(wrong.getRange('dir/a b+c', 0, 1), UsageError)
+})
+
+t.test('S3ObjectStore.warm() opens the reads\' connection, so the first GET makes none', async t => {
+  const s3 = shared
+  const proxy = await ThrottleProxy.start({ upstreamHost: '127.0.0.1', upstreamPort: s3.port, link: { bitsPerSecond: Infinity, rttMs: 0 } })
+  const store = new S3ObjectStore({ bucket: s3.bucket, prefix: 'warm', endpoint: `http://${proxy.hostPort}` })
+  t.teardown(async () => { await store.close(); await proxy.close() })
+  await store.put('k', Buffer.from('warm'))
+  const cold = new S3ObjectStore({ bucket: s3.bucket, prefix: 'warm', endpoint: `http://${proxy.hostPort}` })
+  t.teardown(() => cold.close())
+  const before = proxy.stats().connections
+  await cold.warm()
+  t.equal(proxy.stats().connections, before + 1, 'warm() connected once')
+  t.equal((await cold.get('k')).toString(), 'warm')
+  t.equal((await cold.getRange('k', 1, 2)).toString(), 'ar')
+  t.equal(proxy.stats().connections, before + 1, 'the GETs reused that connection')
+  const down = new S3ObjectStore({ bucket: s3.bucket, endpoint: 'http://127.0.0.1:1' })
+  t.teardown(() => down.close())
+  await down.warm()
+  t.pass('warm() of an endpoint that refuses connections resolves; the first request reports it')
 })
 
 t.test('S3ObjectStore reads through the SDK when the credentials come from a profile file', async t => {

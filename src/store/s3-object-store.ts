@@ -139,13 +139,16 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   /**
-   * Load the SDK, build the client and resolve its credentials now: about
-   * 0.19 s that the first GET of a cold daemon paid (measured: the ref GET of
-   * bench/cold-start's S3 row took 188 ms, the next ones 10–25 ms).
+   * Get ready for the first read. With S3HttpReader: open its first
+   * keep-alive connection. Otherwise: load the SDK, build the client and
+   * resolve its credentials now, about 0.19 s that the first GET of a cold
+   * daemon paid (measured: the ref GET of bench/cold-start's S3 row took
+   * 188 ms, the next ones 10–25 ms). Async; never rejects.
    */
   async warm (): Promise<void> {
-    // Reads need no SDK: nothing to load ahead (writes still load it on first use).
-    if (this.#closed || this.#reader !== undefined) return
+    if (this.#closed) return
+    // Reads need no SDK (writes still load it on first use): open their first connection instead.
+    if (this.#reader !== undefined) return await this.#reader.preconnect()
     try {
       const { client } = await this.#client()
       await client.config.credentials()
