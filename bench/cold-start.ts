@@ -29,7 +29,10 @@
  * - Over the network, through the deploy benchmark's link model
  *   (bench/deploy/throttle-proxy.ts; --bandwidth, --rtt-ms): layerd
  *   (control API) on an S3 store (s3rver) behind the throttle, and
- *   stargz-store reading its registry behind a throttle of the same link.
+ *   stargz-store reading its registry behind a throttle of the same link;
+ *   the S3 row once more with credentials from a profile file, so that its
+ *   reads go through the AWS SDK, not S3HttpReader (the A/B of issue 15's
+ *   SDK-free read path).
  * The local rows read from local disk (the store, the layout) or loopback
  * after the drop. `--no-peers` leaves the stargz-store rows out (they need
  * ../shared/peers/stargz-store.sh).
@@ -38,7 +41,7 @@
  *
  * Bench-only: may import anything.
  */
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises'
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode } from '../fixtures/layerd-harness.js'
@@ -48,7 +51,7 @@ import { benchArgs, type BenchOptions } from './bench-args.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import { ThrottleProxy } from './deploy/throttle-proxy.js'
 import { ensureStargzBinaries, publishEstargz, StargzNode, type EstargzImage, type StargzBinaries } from './peers/stargz-store.js'
-import { startS3rver, type S3rverHandle } from '../fixtures/s3rver.js'
+import { S3RVER_CREDENTIALS, startS3rver, type S3rverHandle } from '../fixtures/s3rver.js'
 import { TestRegistry } from '../fixtures/docker-registry.js'
 
 const SPEC = {
@@ -84,6 +87,7 @@ interface Sample {
 
 const LOCAL_STARGZ = 'stargz-store (registry on loopback, daemon running)'
 const NET_LAYERD = 'layerd (control API), S3 store through the link'
+const NET_LAYERD_SDK = 'layerd (control API), S3 store through the link, reads through the AWS SDK (profile credentials)'
 const NET_STARGZ = 'stargz-store, registry through the link'
 const LOCAL_TRACED = 'layerd (control API), published trace'
 const NET_TRACED = 'layerd (control API), S3 store through the link, published trace'
@@ -201,8 +205,8 @@ async function main (): Promise<void> {
     for (const [url, endpoint] of [[tracedFsUrl, undefined], [tracedS3Url, s3.endpoint]] as const) await publishTrace(join(work, `tracer-${url.slice(0, 2)}`), url, endpoint)
 
     /** 'api': mount over an open control connection; 'cli': `layerctl mount`, daemon running; 'cli-start': `layerctl mount` starts the daemon. */
-    const layerd = (mode: 'api' | 'cli' | 'cli-start', store: { url: string, s3Endpoint?: string }) => async (rep: number): Promise<Sample> => {
-      const node = layerdNode(join(work, `node-${mode}-${rep}`), { store: store.url, env: store.s3Endpoint === undefined ? {} : { LAYERD_S3_ENDPOINT: store.s3Endpoint } })
+    const layerd = (mode: 'api' | 'cli' | 'cli-start', store: { url: string, s3Endpoint?: string, env?: NodeJS.ProcessEnv }) => async (rep: number): Promise<Sample> => {
+      const node = layerdNode(join(work, `node-${mode}-${rep}`), { store: store.url, env: { ...(store.s3Endpoint === undefined ? {} : { LAYERD_S3_ENDPOINT: store.s3Endpoint }), ...store.env } })
       const mnt = join(node.home, 'mnt')
       await mkdir(mnt, { recursive: true })
       if (mode !== 'cli-start') await node.startDaemon()
@@ -245,6 +249,11 @@ async function main (): Promise<void> {
     }
     const s3Store = { url: s3Url, s3Endpoint: `http://${s3Link.hostPort}` }
     const tracedS3Store = { url: tracedS3Url, s3Endpoint: `http://${s3Link.hostPort}` }
+    // The same S3 row with credentials from a profile file, not the AWS_* variables: S3ObjectStore then reads
+    // through the AWS SDK, as every read did before S3HttpReader (src/store/s3-http-reader.ts).
+    const profile = join(work, 'aws-credentials')
+    await writeFile(profile, `[default]\naws_access_key_id = ${S3RVER_CREDENTIALS.accessKeyId}\naws_secret_access_key = ${S3RVER_CREDENTIALS.secretAccessKey}\n`)
+    const sdkS3Store = { ...s3Store, env: { AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '', AWS_SHARED_CREDENTIALS_FILE: profile } }
     const contenders = [
       { name: 'layerd (control API)', run: layerd('api', { url: storeUrl }) },
       { name: 'full extraction (gzip -dc | tar -x)', run: extract('gzip -dc') },
@@ -252,6 +261,7 @@ async function main (): Promise<void> {
       { name: 'layerd (layerctl mount, incl. daemon start)', run: layerd('cli-start', { url: storeUrl }) },
       { name: 'full extraction (pigz -dc | tar -x)', run: extract('pigz -dc') },
       { name: NET_LAYERD, run: layerd('api', s3Store) },
+      { name: NET_LAYERD_SDK, run: layerd('api', sdkS3Store) },
       { name: LOCAL_TRACED, run: layerd('api', { url: tracedFsUrl }) },
       { name: NET_TRACED, run: layerd('api', tracedS3Store) }
     ]
@@ -270,7 +280,7 @@ async function main (): Promise<void> {
     const figures = contenders.map(c => {
       const xs = samples.get(c.name)!
       const m = (f: (s: Sample) => number | undefined): number => median(xs.map(f).filter((v): v is number => v !== undefined))
-      return { name: c.name, prepareSeconds: m(s => s.prepareSeconds), daemonMountSeconds: m(s => s.daemonMountSeconds), runSeconds: m(s => s.runSeconds), totalSeconds: m(s => s.totalSeconds), fetchedBytes: m(s => s.fetchedBytes), storedBytes: m(s => s.storedBytes), imageBytes: m(s => s.imageBytes), samples: xs }
+      return { name: c.name, prepareSeconds: m(s => s.prepareSeconds), daemonMountSeconds: m(s => s.daemonMountSeconds), runSeconds: m(s => s.runSeconds), totalSeconds: m(s => s.totalSeconds), fetchedBytes: m(s => s.fetchedBytes), fetches: m(s => s.fetches), storedBytes: m(s => s.storedBytes), imageBytes: m(s => s.imageBytes), samples: xs }
     })
     const byName = (name: string): typeof figures[0] | undefined => figures.find(f => f.name === name)
     const need = (name: string): typeof figures[0] => byName(name) ?? (() => { throw new Error(`no figures for ${name}`) })()
@@ -280,13 +290,14 @@ async function main (): Promise<void> {
     const start = need('layerd (layerctl mount, incl. daemon start)')
     const pigz = need('full extraction (pigz -dc | tar -x)')
     const netLayerd = need(NET_LAYERD)
+    const netLayerdSdk = need(NET_LAYERD_SDK)
     const localStargz = byName(LOCAL_STARGZ)
     const netStargz = byName(NET_STARGZ)
     const localTraced = need(LOCAL_TRACED)
     const netTraced = need(NET_TRACED)
     const stored = (f: typeof figures[0]): string => Number.isNaN(f.storedBytes) ? '' : ` (${fmt(f.fetchedBytes / f.storedBytes * 100, 1)}%)`
     const rows = figures.map(f => [f.name, fmt(f.prepareSeconds) + (Number.isNaN(f.daemonMountSeconds) ? '' : ` (daemon: ${fmt(f.daemonMountSeconds)})`), fmt(f.runSeconds), fmt(f.totalSeconds), fmt(gz.totalSeconds / f.totalSeconds),
-      Number.isNaN(f.fetchedBytes) ? `${fmt(compressedImageBytes / MB)} (all layers)` : fmt(f.fetchedBytes / MB) + stored(f)])
+      Number.isNaN(f.fetchedBytes) ? `${fmt(compressedImageBytes / MB)} (all layers)` : fmt(f.fetchedBytes / MB) + stored(f), Number.isNaN(f.fetches) ? '' : String(f.fetches)])
     const startMedian = (f: typeof figures[0] | undefined): number => f === undefined ? NaN : median(f.samples.map(s => s.startSeconds).filter((v): v is number => v !== undefined))
     const ratios = {
       apiSpeedupVsGzip: gz.totalSeconds / api.totalSeconds,
@@ -300,6 +311,8 @@ async function main (): Promise<void> {
       fetchedOverImageBytes: up.fetchedBytes / up.imageBytes,
       localSpeedupVsStargz: localStargz === undefined ? NaN : localStargz.totalSeconds / api.totalSeconds,
       networkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / netLayerd.totalSeconds,
+      networkSpeedupVsStargzSdkReads: netStargz === undefined ? NaN : netStargz.totalSeconds / netLayerdSdk.totalSeconds,
+      httpReadsSpeedupVsSdkReads: netLayerdSdk.totalSeconds / netLayerd.totalSeconds,
       stargzFetchedOverStored: localStargz === undefined ? NaN : localStargz.fetchedBytes / localStargz.storedBytes,
       networkFetchedOverStored: netLayerd.fetchedBytes / netLayerd.storedBytes,
       stargzStartSeconds: startMedian(localStargz),
@@ -312,7 +325,7 @@ async function main (): Promise<void> {
         `Medians of ${REPS} interleaved repetitions; page cache dropped before each; fresh LAYERD_HOME (cold chunk cache) for each layerd run and a fresh stargz-store root for each stargz run. ` +
         `Local rows: store and layout on local disk, stargz's registry on loopback. Network rows: ${describeLink(LINK)} (bench/deploy/throttle-proxy.ts), one link in front of s3rver and one in front of the registry.`,
       '',
-      markdownTable(['contender', 'mount / extract s (daemon-side mount)', 'python s', 'total s', 'speedup vs gzip extraction', 'MB fetched (% of stored)'], rows),
+      markdownTable(['contender', 'mount / extract s (daemon-side mount)', 'python s', 'total s', 'speedup vs gzip extraction', 'MB fetched (% of stored)', 'GETs'], rows),
       '',
       '"daemon-side mount" is the time the daemon reports for the mount (its own work); the rest of the mount column is the caller: the control round trip, or the whole CLI process (Node start, module loading, control socket). ' +
         "stargz-store's mount column is the lookup of each layer's `diff` (manifest, config, footer and TOC fetches) plus the overlay mount; its bytes are what the registry wrote.",
@@ -326,6 +339,7 @@ async function main (): Promise<void> {
         : `Against stargz-store (issue 15 targets: ≥ 2x local, ≥ 1.5x over the network): **${fmt(ratios.localSpeedupVsStargz)}x local**, **${fmt(ratios.networkSpeedupVsStargz)}x over the link**. ` +
           `stargz-store fetched ${fmt(localStargz.fetchedBytes / MB)} MB = ${fmt(ratios.stargzFetchedOverStored * 100, 1)}% of its ${fmt(localStargz.storedBytes / MB)} MB eStargz layers. ` +
           `With a published access trace (\`layerctl trace publish\`, prefetched at mount; stargz-store's counterpart, prioritized files with prefetch, is off in its rows): ${fmt(ratios.tracedLocalSpeedupVsStargz)}x local, ${fmt(ratios.tracedNetworkSpeedupVsStargz)}x over the link. ` +
+          `Reads through the AWS SDK (the S3 row with profile credentials) instead of S3HttpReader: ${fmt(ratios.networkSpeedupVsStargzSdkReads)}x over the link; S3HttpReader is ${fmt(ratios.httpReadsSpeedupVsSdkReads)}x faster than the SDK row. ` +
           `Daemon start to serving: stargz-store ${fmt(ratios.stargzStartSeconds)} s; layerd: the difference of the two \`layerctl mount\` rows, ${fmt(start.totalSeconds - up.totalSeconds)} s.`,
       '',
       `Bytes (targets: < 15% of storedBytes, issue 15: ≤ 7%): layerd fetched **${fmt(up.fetchedBytes / MB)} MB = ${fmt(ratios.fetchedOverStored * 100, 1)}% of storedBytes** ` +

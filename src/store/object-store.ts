@@ -5,7 +5,9 @@
  * attempt of each operation and classify their failures into LayerdErrors.
  * Retries and digest verification live once, above them
  * (retrying-object-store.ts, src/image/). Every backend passes
- * store/conformance.ts.
+ * store/conformance.ts. S3ObjectStore reads through s3-http-reader.ts
+ * (plain keep-alive HTTP, signed by sigv4.ts) when its credentials are
+ * static, and through the AWS SDK otherwise.
  *
  * Keys follow object-key.ts (`/`-separated components; no empty, `.` or `..`
  * component, no control characters, no `.tmp-` component prefix, at most

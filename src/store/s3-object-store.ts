@@ -5,6 +5,13 @@
  * an optional endpoint, credentials and region from the standard AWS
  * environment (region defaults to us-east-1).
  *
+ * Reads (get, getRange) go through S3HttpReader (plain keep-alive HTTP,
+ * SigV4-signed: no SDK on the read path) when the credentials are static,
+ * given in the options or in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+ * (+ AWS_SESSION_TOKEN); with any other credential source (profiles,
+ * instance roles) they go through the SDK, as writes, stat, list and delete
+ * always do.
+ *
  * One attempt per call: the SDK's own retries are off (maxAttempts 1)
  * because RetryingObjectStore retries above. Connect, response and idle
  * timeouts make an unreachable or stalled endpoint fail fast with
@@ -12,7 +19,7 @@
  * classifyS3Error() (s3-errors.ts).
  *
  * May import: src/errors.ts, ./object-store.ts, ./object-key.ts,
- * ./s3-errors.ts, @aws-sdk/client-s3.
+ * ./s3-errors.ts, ./s3-http-reader.ts, @aws-sdk/client-s3.
  */
 import type { S3Client, S3ClientConfig } from '@aws-sdk/client-s3'
 import { CorruptObjectError, UsageError } from '../errors.js'
@@ -21,6 +28,7 @@ import {
 } from './object-key.js'
 import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 import { classifyS3Error, type S3StoreOp } from './s3-errors.js'
+import { S3HttpReader } from './s3-http-reader.js'
 
 export const DEFAULT_S3_REGION = 'us-east-1'
 export const S3_CONNECT_TIMEOUT_MS = 3_000
@@ -46,6 +54,16 @@ export interface S3ObjectStoreOptions {
   requestTimeoutMs?: number
   idleTimeoutMs?: number
   maxSockets?: number
+  /** 'http' (the default when the credentials are static): reads through S3HttpReader; 'sdk': through the SDK. */
+  reads?: 'http' | 'sdk'
+}
+
+/** Static credentials from the options, else from the standard AWS variables, else undefined (the SDK's chain decides). */
+function staticCredentials (options: S3ObjectStoreOptions): S3ObjectStoreOptions['credentials'] {
+  if (options.credentials !== undefined) return options.credentials
+  const { AWS_ACCESS_KEY_ID: accessKeyId, AWS_SECRET_ACCESS_KEY: secretAccessKey, AWS_SESSION_TOKEN: sessionToken } = process.env
+  if (accessKeyId === undefined || accessKeyId === '' || secretAccessKey === undefined || secretAccessKey === '') return undefined
+  return { accessKeyId, secretAccessKey, ...(sessionToken !== undefined && sessionToken !== '' ? { sessionToken } : {}) }
 }
 
 export class S3ObjectStore implements ObjectStore {
@@ -57,6 +75,8 @@ export class S3ObjectStore implements ObjectStore {
   readonly #config: S3ClientConfig
   #sdk: Promise<{ client: S3Client, sdk: typeof import('@aws-sdk/client-s3') }> | undefined
   readonly #requestTimeoutMs: number
+  /** Reads without the SDK; undefined when the credentials are not static (or `reads: 'sdk'`). */
+  readonly #reader: S3HttpReader | undefined
   #closed = false
 
   /** Synchronous, does no I/O. Throws UsageError for an empty bucket name. */
@@ -90,7 +110,23 @@ export class S3ObjectStore implements ObjectStore {
         httpsAgent: agent
       }
     }
+    const credentials = options.reads === 'sdk' ? undefined : staticCredentials(options)
+    this.#reader = credentials === undefined
+      ? undefined
+      : new S3HttpReader({
+        endpoint: options.endpoint ?? `https://s3.${this.#config.region as string}.amazonaws.com`,
+        bucket: options.bucket,
+        region: this.#config.region as string,
+        credentials,
+        connectTimeoutMs: options.connectTimeoutMs ?? S3_CONNECT_TIMEOUT_MS,
+        requestTimeoutMs: this.#requestTimeoutMs,
+        idleTimeoutMs: options.idleTimeoutMs ?? S3_IDLE_TIMEOUT_MS,
+        maxSockets: options.maxSockets ?? S3_MAX_SOCKETS
+      })
   }
+
+  /** How reads reach the endpoint: 'http' (S3HttpReader) or 'sdk'. */
+  get reads (): 'http' | 'sdk' { return this.#reader === undefined ? 'sdk' : 'http' }
 
   /**
    * The SDK client, created on first use: importing @aws-sdk/client-s3
@@ -103,12 +139,16 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   /**
-   * Load the SDK, build the client and resolve its credentials now: about
-   * 0.19 s that the first GET of a cold daemon paid (measured: the ref GET of
-   * bench/cold-start's S3 row took 188 ms, the next ones 10–25 ms).
+   * Get ready for the first read. With S3HttpReader: open its first
+   * keep-alive connection. Otherwise: load the SDK, build the client and
+   * resolve its credentials now, about 0.19 s that the first GET of a cold
+   * daemon paid (measured: the ref GET of bench/cold-start's S3 row took
+   * 188 ms, the next ones 10–25 ms). Async; never rejects.
    */
   async warm (): Promise<void> {
     if (this.#closed) return
+    // Reads need no SDK (writes still load it on first use): open their first connection instead.
+    if (this.#reader !== undefined) return await this.#reader.preconnect()
     try {
       const { client } = await this.#client()
       await client.config.credentials()
@@ -126,6 +166,7 @@ export class S3ObjectStore implements ObjectStore {
   async get (key: string): Promise<Buffer> {
     this.#check('get', key)
     try {
+      if (this.#reader !== undefined) return await this.#reader.get(this.#keyPrefix + key)
       const res = await this.#send(sdk => new sdk.GetObjectCommand({ Bucket: this.bucket, Key: this.#keyPrefix + key }))
       return await readBody(res.Body)
     } catch (err) {
@@ -145,10 +186,14 @@ export class S3ObjectStore implements ObjectStore {
     }
     let data: Buffer
     try {
-      const res = await this.#send(sdk => new sdk.GetObjectCommand({
-        Bucket: this.bucket, Key: this.#keyPrefix + key, Range: `bytes=${offset}-${offset + length - 1}`
-      }))
-      data = await readBody(res.Body)
+      if (this.#reader !== undefined) {
+        data = await this.#reader.get(this.#keyPrefix + key, { offset, length })
+      } else {
+        const res = await this.#send(sdk => new sdk.GetObjectCommand({
+          Bucket: this.bucket, Key: this.#keyPrefix + key, Range: `bytes=${offset}-${offset + length - 1}`
+        }))
+        data = await readBody(res.Body)
+      }
     } catch (err) {
       throw classifyS3Error(err, 'getRange', key, this.url)
     }
@@ -222,6 +267,7 @@ export class S3ObjectStore implements ObjectStore {
   async close (): Promise<void> {
     if (this.#closed) return
     this.#closed = true
+    this.#reader?.close()
     if (this.#sdk !== undefined) (await this.#sdk).client.destroy()
   }
 
