@@ -3,7 +3,8 @@
 // loop devices, flock), FastCDC's cut search for push (fastcdc.c), a FUSE
 // server that speaks the kernel protocol itself (fuse_server.c), fd passing
 // over Unix sockets for FUSE takeover (fd_passing.c), and malloc and
-// page-cache calls for the daemon's memory (memory.c).
+// page-cache calls for the daemon's memory (memory.c), and the directory walk's
+// lstat with xattr names in one call (entry_stat.c).
 // Loaded only through src/native.ts, which gives it a typed interface.
 // Every function is synchronous; failures throw an Error carrying Node-style
 // `code` ('ENOENT', ...), `errno`, `syscall` and `path` properties.
@@ -32,7 +33,7 @@
 #define XATTR_RETRIES 8
 
 // Throws an errno error like Node's fs does; returns NULL for convenience.
-static napi_value throw_errno(napi_env env, int err, const char *syscall, const char *path) {
+napi_value throw_errno(napi_env env, int err, const char *syscall, const char *path) {  // also entry_stat.c
   const char *code = strerrorname_np(err);
   if (code == NULL) code = "EUNKNOWN";
   char msg[PATH_BYTES_MAX + 256];
@@ -57,7 +58,7 @@ static napi_value throw_type(napi_env env, const char *msg) {
 }
 
 // Copies a JS string into buf; false (with a pending exception) if it is not one or too long.
-static int get_string(napi_env env, napi_value v, char *buf, size_t cap, const char *what) {
+int get_string(napi_env env, napi_value v, char *buf, size_t cap, const char *what) {  // also entry_stat.c
   size_t len = 0;
   if (napi_get_value_string_utf8(env, v, NULL, 0, &len) != napi_ok) { throw_type(env, what); return 0; }
   if (len + 1 > cap) { throw_type(env, what); return 0; }
@@ -76,7 +77,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 7, &v);
+  napi_create_uint32(env, 8, &v);
   return v;
 }
 
@@ -302,6 +303,7 @@ void fuse_server_register(napi_env env, napi_value exports);  // fuse_server.c
 void fastcdc_register(napi_env env, napi_value exports);  // fastcdc.c
 void fd_passing_register(napi_env env, napi_value exports);  // fd_passing.c
 void memory_register(napi_env env, napi_value exports);  // memory.c
+void entry_stat_register(napi_env env, napi_value exports);  // entry_stat.c
 
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
@@ -321,6 +323,7 @@ static napi_value init(napi_env env, napi_value exports) {
   fastcdc_register(env, exports);
   fd_passing_register(env, exports);
   memory_register(env, exports);
+  entry_stat_register(env, exports);
   return exports;
 }
 

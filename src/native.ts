@@ -46,6 +46,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   unmapCleanFilePages? (): number
   adviseMappedFile? (path: string, advice: number): number
   fadviseDontNeed? (fd: number, offset: number, length: number): void
+  lstatEntry? (path: string, out: Float64Array): string[]
 }
 
 /** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
@@ -288,7 +289,7 @@ export function nativeMemory (): NativeMemory {
   }
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls). Sync. */
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls; 8: lstatEntry). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }
@@ -296,6 +297,21 @@ export function nativeVersion (): number {
 /** Names of the extended attributes of `path`, not following a final symlink. Sync; throws errno errors. */
 export function llistxattr (path: string): string[] {
   return load().llistxattr(path)
+}
+
+/**
+ * lstat of `path` and the names of its extended attributes, in one call
+ * (push's directory walk). Fills `out`, a Float64Array of 14: mode, uid,
+ * gid, size, nlink, mtime's whole seconds, dev and ino as high and low 32
+ * bits, rdev's major and minor, llistxattr's errno (0: none), and 1 when
+ * size is exact (native/entry_stat.c); returns the names. Sync; throws an errno
+ * error (syscall 'lstat') when lstat fails; an llistxattr failure is not
+ * thrown: its errno is in `out` and the names are [].
+ */
+export function lstatEntry (path: string, out: Float64Array): string[] {
+  const b = load()
+  if (b.lstatEntry === undefined) throw new UnsupportedError('layerd native addon has no lstatEntry (built before version 8): run `npm run build`')
+  return b.lstatEntry(path, out)
 }
 
 /** Value of one extended attribute of `path` (a new Buffer), not following a final symlink. Sync; ENODATA when absent. */

@@ -73,7 +73,7 @@ export class BlobPacker {
     return placed
   }
 
-  /** Seal the last blob and wait for every upload. Async; throws the first upload failure. */
+  /** Seal the last blob and wait for every upload. Async; throws the first upload failure. Every handle has its digest once this returns its promise (the seal's first step is sync). */
   async finish (): Promise<void> {
     if (this.#bytes > 0) await this.#seal()
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight])

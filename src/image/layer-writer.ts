@@ -62,15 +62,33 @@ interface PendingPiece { chunks: Promise<EncodedChunk[]>, entry: TocEntry, bytes
  * Read `layer` to the end and build its TOC. Async. Throws what the source
  * throws (BadInputError, LimitExceededError) and store failures; on failure
  * nothing refers to the blobs already uploaded except the dedup index.
+ *
+ * `whileUploading`, when given, is called (sync) with the finished TOC as
+ * soon as every blob has its digest, while the last blobs are still being
+ * written: CPU work on the TOC (encoding it) then overlaps the store's
+ * writes and fsyncs instead of following them. Its result is returned as
+ * `prepared`; it must not write the TOC anywhere (the blobs it names may not
+ * be stored yet). If it throws, the uploads are still awaited first.
  */
-export async function writeLayer (layer: LayerSource, deps: LayerWriterDeps): Promise<{ toc: LayerToc, stats: LayerWriteStats }> {
+export async function writeLayer<T = undefined> (layer: LayerSource, deps: LayerWriterDeps, whileUploading?: (toc: LayerToc) => T): Promise<{ toc: LayerToc, stats: LayerWriteStats, prepared: T | undefined }> {
   const w = new LayerWriter(deps)
   await w.readEntries(layer)
   await w.settleAll()
-  await deps.packer.finish()
+  // finish() seals the last blob before its first await, so every pack handle has its digest from here on.
+  const uploaded = deps.packer.finish()
+  let toc: LayerToc
+  let prepared: T | undefined
+  try {
+    const { blobs, chunks } = chunkTable(w.tocChunks)
+    toc = { diffId: layer.diffId(), blobs, chunks, entries: w.entries }
+    prepared = whileUploading?.(toc)
+  } catch (err) {
+    await uploaded.catch(() => {})
+    throw err
+  }
+  await uploaded
   deps.onProgress?.(w.stats.plainBytes)
-  const { blobs, chunks } = chunkTable(w.tocChunks)
-  return { toc: { diffId: layer.diffId(), blobs, chunks, entries: w.entries }, stats: w.stats }
+  return { toc, stats: w.stats, prepared }
 }
 
 /**

@@ -43,8 +43,9 @@ export interface PushLayerResult {
  */
 export async function pushLayer (layer: LayerSource, deps: PushLayerDeps): Promise<PushLayerResult> {
   const { store, lease, ...writerDeps } = deps
-  const { toc, stats } = await writeLayer(layer, writerDeps)
-  const object = encodeTocObject(toc)
+  // The TOC is encoded (JSON, zstd, sha256) while the layer's last blob is written.
+  const { toc, stats, prepared } = await writeLayer(layer, writerDeps, encodeTocObject)
+  const object = prepared!
   const key = layerKey(digestHex(object.digest))
   const existed = (await store.stat(key)) !== undefined
   let tocBytesWritten = 0

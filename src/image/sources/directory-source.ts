@@ -1,6 +1,6 @@
 /**
- * A directory tree as a one-layer image, read by walking it: lstat (never
- * following symlinks), readlink, xattrs through the native addon, device
+ * A directory tree as a one-layer image, read by walking it: lstat and the xattr
+ * names in one native call per entry (entry-stat.ts), readlink, xattr values through the native addon, device
  * numbers from rdev, hardlinks detected by (dev, ino) when nlink > 1 (later
  * paths become `hardlink` entries naming the first). Order is deterministic:
  * names sorted by their UTF-8 bytes, parents before children.
@@ -22,13 +22,13 @@
  *
  * May import: src/errors.ts, src/format/, src/native.ts, the modules next to it.
  */
-import type { BigIntStats } from 'node:fs'
-import { lstatSync, readdirSync, readlinkSync } from 'node:fs'
+import { constants, readdirSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { BadInputError, UsageError } from '../../errors.js'
 import type { Digest } from '../../format/digest.js'
 import { joinPath } from '../../format/paths.js'
-import { lgetxattr, llistxattr } from '../../native.js'
+import { lgetxattr } from '../../native.js'
+import { statEntry, type EntryStat } from './entry-stat.js'
 import { ZERO_DIFF_ID, type ImageSource, type LayerEntry, type LayerSource } from './image-source.js'
 import { ExactFile } from './exact-file.js'
 import { LayerPolicy, type IngestContext, type RawEntry } from './ingest-policy.js'
@@ -37,6 +37,7 @@ import { minimalConfig } from './rootfs-tar-source.js'
 const READ_CHUNK_BYTES = 1024 * 1024
 const YIELD_EVERY_ENTRIES = 256
 const UTF8 = new TextDecoder('utf-8', { fatal: true })
+const { S_IFMT, S_IFDIR, S_IFREG, S_IFLNK, S_IFIFO, S_IFCHR, S_IFBLK, S_IFSOCK } = constants
 
 /** A one-layer image of the directory at `path`. Sync; nothing is read until the layer's entries are. */
 export function openDirectory (path: string, ctx: IngestContext): ImageSource {
@@ -69,8 +70,8 @@ export class DirectoryLayerSource implements LayerSource {
     const firstPaths = new Map<string, string>()
     let readBuffer: Buffer | undefined
     const rootStat = this.#lstat(this.#root, '')
-    if (!rootStat.isDirectory()) throw new BadInputError(`${this.name}: not a directory`)
-    const stack: Array<{ abs: string, rel: string, st: BigIntStats }> = [{ abs: this.#root, rel: '', st: rootStat }]
+    if ((rootStat.mode & S_IFMT) !== S_IFDIR) throw new BadInputError(`${this.name}: not a directory`)
+    const stack: Array<{ abs: string, rel: string, st: EntryStat }> = [{ abs: this.#root, rel: '', st: rootStat }]
     let walked = 0
     while (stack.length > 0) {
       if (++walked % YIELD_EVERY_ENTRIES === 0) await new Promise(resolve => setImmediate(resolve))
@@ -95,7 +96,7 @@ export class DirectoryLayerSource implements LayerSource {
     }
   }
 
-  #children (abs: string, rel: string): Array<{ abs: string, rel: string, st: BigIntStats }> {
+  #children (abs: string, rel: string): Array<{ abs: string, rel: string, st: EntryStat }> {
     let names: Buffer[]
     try { names = readdirSync(abs, { encoding: 'buffer' }) } catch (err) {
       throw new BadInputError(`${this.name}: cannot list ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
@@ -114,52 +115,56 @@ export class DirectoryLayerSource implements LayerSource {
     return out
   }
 
-  #rawEntry (abs: string, rel: string, st: BigIntStats, firstPaths: Map<string, string>): RawEntry | undefined {
+  #rawEntry (abs: string, rel: string, st: EntryStat, firstPaths: Map<string, string>): RawEntry | undefined {
     const base = {
       name: rel,
-      mode: Number(st.mode & 0o7777n),
-      uid: Number(st.uid),
-      gid: Number(st.gid),
-      mtime: Number(floorDiv(st.mtimeNs, 1_000_000_000n)),
+      mode: st.mode & 0o7777,
+      uid: st.uid,
+      gid: st.gid,
+      mtime: st.mtime,
       size: 0
     }
-    if (st.isSocket()) {
+    const type = st.mode & S_IFMT
+    if (type === S_IFSOCK) {
       this.#ctx.notice(`${this.name}: ${JSON.stringify(rel)} is a socket; skipped`)
       return undefined
     }
-    if (!st.isDirectory() && st.nlink > 1n) {
-      const key = `${st.dev}:${st.ino}`
+    if (st.inodeKey !== undefined) {
+      const key = st.inodeKey
       const first = firstPaths.get(key)
       // The inode's xattrs travel with the first path, as in a tar.
       if (first !== undefined) return { ...base, type: 'hardlink', linkname: first }
       firstPaths.set(key, rel)
     }
-    const xattrs = this.#xattrs(abs, rel)
+    const xattrs = this.#xattrs(abs, rel, st.xattrNames)
     const withXattrs = (e: RawEntry): RawEntry => (xattrs !== undefined ? { ...e, xattrs } : e)
-    if (st.isDirectory()) return withXattrs({ ...base, type: 'dir' })
-    if (st.isFile()) return withXattrs({ ...base, type: 'file', size: Number(st.size) })
-    if (st.isSymbolicLink()) {
+    if (type === S_IFDIR) return withXattrs({ ...base, type: 'dir' })
+    if (type === S_IFREG) {
+      if (!st.sizeExact) throw new BadInputError(`${this.name}: ${JSON.stringify(rel)} is too large to push (over 2^53 bytes)`)
+      return withXattrs({ ...base, type: 'file', size: st.size })
+    }
+    if (type === S_IFLNK) {
       let target: string
       try { target = UTF8.decode(readlinkSync(abs, { encoding: 'buffer' })) } catch (err) {
         throw new BadInputError(`${this.name}: cannot read symlink ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
       }
       return withXattrs({ ...base, type: 'symlink', linkname: target })
     }
-    if (st.isFIFO()) return withXattrs({ ...base, type: 'fifo' })
-    if (st.isCharacterDevice() || st.isBlockDevice()) {
-      const { major, minor } = splitDev(st.rdev)
-      return withXattrs({ ...base, type: st.isCharacterDevice() ? 'char' : 'block', devMajor: major, devMinor: minor })
+    if (type === S_IFIFO) return withXattrs({ ...base, type: 'fifo' })
+    if (type === S_IFCHR || type === S_IFBLK) {
+      const { major, minor } = st.rdev!
+      return withXattrs({ ...base, type: type === S_IFCHR ? 'char' : 'block', devMajor: major, devMinor: minor })
     }
     throw new BadInputError(`${this.name}: ${JSON.stringify(rel)} has an unknown file type`)
   }
 
-  #xattrs (abs: string, rel: string): Map<string, Uint8Array> | undefined {
-    let names: string[]
-    try { names = llistxattr(abs) } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code
-      if (code === 'ENOTSUP' || code === 'EOPNOTSUPP') return undefined
-      throw new BadInputError(`${this.name}: cannot list the xattrs of ${JSON.stringify(rel)}: ${(err as Error).message}`, { cause: err })
+  /** The xattrs named by `listed` (statEntry's list, or its failure). */
+  #xattrs (abs: string, rel: string, listed: string[] | NodeJS.ErrnoException): Map<string, Uint8Array> | undefined {
+    if (listed instanceof Error) {
+      if (listed.code === 'ENOTSUP' || listed.code === 'EOPNOTSUPP') return undefined
+      throw new BadInputError(`${this.name}: cannot list the xattrs of ${JSON.stringify(rel)}: ${listed.message}`, { cause: listed })
     }
+    const names = listed
     if (names.length === 0) return undefined
     const out = new Map<string, Uint8Array>()
     for (const name of names) {
@@ -171,8 +176,8 @@ export class DirectoryLayerSource implements LayerSource {
     return out.size > 0 ? out : undefined
   }
 
-  #lstat (abs: string, rel: string): BigIntStats {
-    try { return lstatSync(abs, { bigint: true }) } catch (err) {
+  #lstat (abs: string, rel: string): EntryStat {
+    try { return statEntry(abs) } catch (err) {
       throw new BadInputError(`${this.name}: cannot stat ${JSON.stringify(rel === '' ? '.' : rel)}: ${(err as Error).message}`, { cause: err })
     }
   }
@@ -192,16 +197,4 @@ async function * readFile (abs: string, size: number, label: string, buf: Buffer
   } finally {
     file.close()
   }
-}
-
-/** glibc's major/minor split of a dev_t. */
-function splitDev (rdev: bigint): { major: number, minor: number } {
-  const major = ((rdev >> 8n) & 0xfffn) | ((rdev >> 32n) & 0xfffff000n)
-  const minor = (rdev & 0xffn) | ((rdev >> 12n) & 0xffffff00n)
-  return { major: Number(major), minor: Number(minor) }
-}
-
-function floorDiv (a: bigint, b: bigint): bigint {
-  const q = a / b
-  return (a % b !== 0n && (a < 0n) !== (b < 0n)) ? q - 1n : q
 }
