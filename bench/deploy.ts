@@ -8,6 +8,7 @@
  *                           [--launcher library|cli] [--task load|read-all]
  *                           [--sides docker,layerd,layerdS3]
  *                           [--parallel-nodes] [--node-disk-size 32G]
+ *                           [--block N] [--name deploy]
  *
  * The pieces (bench/deploy/): corpus.ts (base + npm releases as task
  * images, the task), stores.ts (registry, fs store, S3 store, dedup),
@@ -16,9 +17,20 @@
  * (placement, concurrency, time to ready), summary.ts + plot.ts (report).
  *
  * Nodes run one after another by default (this machine has 2 cores: M
- * nodes side by side would measure CPU contention, not a cluster); each
- * node's sides run back to back, in alternating order, so load drifts hit
- * every side alike. Writes DIR/deploy.json, deploy.md and deploy.png.
+ * nodes side by side would measure CPU contention, not a cluster). Every
+ * node of every side is started first (not timed), then the containers run
+ * in rounds: with --block B, round r deploys each node's containers
+ * [rB, rB + B) on every side, the sides in alternating order, so load
+ * drifts (other work on the machine) hit every side alike through a long
+ * run; without it, one round holds each node's whole share. A node's time
+ * is the sum of its own blocks (node-runs.ts).
+ *
+ * SIGINT/SIGTERM once: the run stops after the round in flight and reports
+ * what ran, marked partial (twice: stop now, no report). A failed container
+ * also ends the run with a partial report naming the failure.
+ *
+ * Writes DIR/NAME.json, NAME.md, NAME.png (readiness) and NAME-series.png
+ * (RSS, fds, mounts, loop devices and seconds per container over the run).
  *
  * Bench-only: may import anything.
  */
@@ -32,10 +44,12 @@ import { benchArgs, type BenchArgs, type BenchOptions } from './bench-args.js'
 import { ensureDeployCorpus } from './deploy/corpus.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import type { Launcher } from './deploy/layerd-node.js'
-import { type BenchContext, type NodeRun, runDockerNode, runLayerdNode, type SideName } from './deploy/node-runs.js'
+import { type BenchContext, type NodeRun, type NodeSession, startDockerNode, startLayerdNode, type SideName } from './deploy/node-runs.js'
 import { NPM_PROJECTS } from './deploy/npm-projects.js'
 import { plotReadiness } from './deploy/plot.js'
 import { placeContainers } from './deploy/schedule.js'
+import { plotSeries } from './deploy/series-plot.js'
+import { growthTable, steadyTable } from './deploy/run-health.js'
 import { prepareImageSources } from './deploy/stores.js'
 import { type DeployTask, deployTask } from './deploy/tasks.js'
 import { nodesTable, sidesTable, type SideSummary, SIDE_LABELS, summarizeSide } from './deploy/summary.js'
@@ -54,6 +68,9 @@ interface Options {
   sides: SideName[]
   parallelNodes: boolean
   diskBytes: number
+  /** Containers per node per block; 0: one block per node. */
+  block: number
+  name: string
 }
 
 const SPEC = {
@@ -68,6 +85,8 @@ const SPEC = {
   'node-disk-size': { type: 'string', default: '32G', value: 'SIZE' },
   task: { type: 'string', default: 'read-all', value: 'TASK' },
   'parallel-nodes': { type: 'boolean' },
+  block: { type: 'string', default: '0', value: 'N' },
+  name: { type: 'string', default: 'deploy', value: 'NAME' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 
@@ -92,8 +111,15 @@ function parseOptions (args: BenchArgs): Options {
     task: deployTask(arg('task')),
     sides,
     parallelNodes: args.flag('parallel-nodes'),
-    diskBytes
+    diskBytes,
+    block: args.number('block', { min: 0 }),
+    name: nameArg(arg('name'))
   }
+}
+
+function nameArg (name: string): string {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) throw new Error(`--name: ${JSON.stringify(name)} is not a plain file stem (letters, digits, . _ -)`)
+  return name
 }
 
 const log = (line: string): void => { process.stderr.write(`deploy: ${line}\n`) }
@@ -116,7 +142,13 @@ async function main (): Promise<void> {
     await rm(work, { recursive: true, force: true })
     await rm(runRoot, { recursive: true, force: true })
   }
+  let stopRequested = false
   const onSignal = (sig: string): void => {
+    if (!stopRequested) {
+      stopRequested = true
+      log(`${sig}: stopping after the round in flight, then reporting what ran (${sig} again: stop now, no report)`)
+      return
+    }
     log(`${sig}: stopping the nodes and cleaning up`)
     void teardown().finally(() => process.exit(130))
   }
@@ -129,49 +161,96 @@ async function main (): Promise<void> {
       fsMetadataBytes: sources.fsMetadataBytes, cleanups, log
     }
     const placements = placeContainers(opt.containers, opt.nodes, corpus.tasks)
-    const runSide = async (side: SideName, node: number): Promise<NodeRun> => {
-      const r = side === 'docker' ? await runDockerNode(ctx, node, placements[node]!) : await runLayerdNode(ctx, side, node, placements[node]!)
-      log(`node ${node} ${side}: ${r.containers} containers in ${fmt(r.seconds, 1)} s, transferred ${mb(r.bytesTransferred)}, written ${mb(r.bytesWritten)}, ` +
-        `peak RSS ${mb(r.peakRssBytes)}  [load ${loadAverage()}]`)
-      return r
+    const sessions = new Map<string, NodeSession>()
+    const key = (side: SideName, n: number): string => `${side}/${n}`
+    for (let n = 0; n < opt.nodes; n++) {
+      for (const side of opt.sides) {
+        sessions.set(key(side, n), side === 'docker' ? await startDockerNode(ctx, n) : await startLayerdNode(ctx, side, n))
+      }
     }
     const load = startLoadSampler()
-    const runs = new Map<SideName, NodeRun[]>(opt.sides.map(s => [s, []]))
     const wall = new Map<SideName, number>()
-    if (opt.parallelNodes) {
-      for (const side of opt.sides) {
-        const t0 = performance.now()
-        runs.set(side, await Promise.all(placements.map((_, n) => runSide(side, n))))
-        wall.set(side, (performance.now() - t0) / 1000)
+    const runStarted = performance.now()
+    let failure: string | undefined
+    const perNode = Math.max(...placements.map(p => p.length))
+    const block = opt.block > 0 ? opt.block : perNode
+    const rounds = Math.ceil(perNode / block)
+    let roundsRun = 0
+    try {
+      if (opt.parallelNodes) {
+        for (const side of opt.sides) {
+          const t0 = performance.now()
+          await Promise.all(placements.map(async (p, n) => { await sessions.get(key(side, n))!.runBlock(p) }))
+          wall.set(side, (performance.now() - t0) / 1000)
+        }
+        roundsRun = 1
+      } else {
+        for (let r = 0; r < rounds && !stopRequested; r++) {
+          for (let n = 0; n < opt.nodes; n++) {
+            const order = (n + r) % 2 === 0 ? opt.sides : [...opt.sides].reverse()
+            for (const side of order) {
+              const part = placements[n]!.slice(r * block, (r + 1) * block)
+              if (part.length > 0) await sessions.get(key(side, n))!.runBlock(part)
+            }
+          }
+          roundsRun = r + 1
+          if (rounds > 1) {
+            const progress = opt.sides.map(side => {
+              const ss = placements.map((_, n) => sessions.get(key(side, n))!)
+              const done = ss.reduce((a, x) => a + x.done, 0)
+              return `${side} ${done} in ${fmt(Math.max(...ss.map(x => x.seconds)), 0)} s`
+            }).join(', ')
+            log(`round ${r + 1}/${rounds}: ${progress}; ${fmt((performance.now() - runStarted) / 60000, 1)} min  [load ${loadAverage()}]`)
+          }
+        }
       }
-    } else {
-      for (let n = 0; n < opt.nodes; n++) {
-        const order = n % 2 === 0 ? opt.sides : [...opt.sides].reverse()
-        for (const side of order) runs.get(side)!.push(await runSide(side, n))
+    } catch (err) {
+      failure = err instanceof Error ? err.message : String(err)
+      log(`run failed, reporting what ran: ${failure}`)
+    }
+    const runs = new Map<SideName, NodeRun[]>(opt.sides.map(s => [s, []]))
+    for (let n = 0; n < opt.nodes; n++) {
+      for (const side of opt.sides) {
+        const r = await sessions.get(key(side, n))!.finish()
+        log(`node ${n} ${side}: ${r.containers} containers in ${fmt(r.seconds, 1)} s, transferred ${mb(r.bytesTransferred)}, written ${mb(r.bytesWritten)}, ` +
+          `peak RSS ${mb(r.peakRssBytes)}  [load ${loadAverage()}]`)
+        runs.get(side)!.push(r)
       }
     }
     const loadFigures = load.stop()
+    const wallMinutes = (performance.now() - runStarted) / 60000
+    const partial = failure !== undefined || roundsRun < rounds
     checkSameOutputs(runs)
 
     const sides: Partial<Record<SideName, SideSummary>> = {}
     for (const [side, rs] of runs) sides[side] = summarizeSide(side, rs, wall.get(side))
     await mkdir(opt.out, { recursive: true })
-    const png = join(opt.out, 'deploy.png')
+    const png = join(opt.out, `${opt.name}.png`)
+    const seriesPng = join(opt.out, `${opt.name}-series.png`)
     await plotReadiness(png, `${opt.containers} containers, ${opt.images} images, ${opt.nodes} nodes × ${opt.concurrency} slots, ${describeLink(opt.link)}`,
       Object.entries(sides).map(([name, s]) => ({ label: name, seconds: s.readiness })))
+    await plotSeries(seriesPng, `${opt.containers} containers${partial ? ' (partial)' : ''}: resources and speed over the run, per node`,
+      [...runs.values()].flat().map(r => ({ label: `${r.side} node ${r.node}`, samples: r.series, timings: r.timings })))
 
     const d = sources.dedup
     const params = {
       containers: opt.containers, images: opt.images, nodes: opt.nodes, concurrency: opt.concurrency,
       bandwidthBitsPerSecond: Number.isFinite(opt.link.bitsPerSecond) ? opt.link.bitsPerSecond : null, rttMs: opt.link.rttMs,
       network: describeLink(opt.link), launcher: opt.launcher, tier: 'container', runtime: 'runc', parallelNodes: opt.parallelNodes,
-      sides: opt.sides, nodeDiskBytes: opt.diskBytes, placement: 'node = i mod M; the j-th container of node n runs image (n + j) mod K', cpus: cpus().length, timeToReadyUnit: 's',
+      sides: opt.sides, nodeDiskBytes: opt.diskBytes, block: opt.block, rounds, roundsRun, partial, failure: failure ?? null, wallMinutes, placement: 'node = i mod M; the j-th container of node n runs image (n + j) mod K', cpus: cpus().length, timeToReadyUnit: 's',
       base: 'Debian bookworm minbase + python3 (fixtures python-v1)',
       taskImages: corpus.tasks.map(t => ({ ref: t.ref, files: t.files, projectBytes: t.projectBytes, layerGzipBytes: t.layers.at(-1)!.size })),
       task: opt.task.kind,
       taskCommand: opt.task.command
     }
+    const containersRun = Object.values(sides).map(s => s.containers)
     const markdown = [
+      ...(partial
+        ? [`**Partial run**: ${roundsRun} of ${rounds} rounds (${containersRun.join(' / ')} of ${opt.containers} containers per side)` +
+            `${failure === undefined ? ', stopped by signal' : `; failed: ${failure}`}.`, '']
+        : []),
+      `Wall time of the whole run (both sides, interleaved${opt.block > 0 ? ` in blocks of ${opt.block} containers per node` : ''}; node set-up not included): ${fmt(wallMinutes, 1)} min.`,
+      '',
       `${opt.containers} containers (container tier / docker run) from ${opt.images} per-task images on ${opt.nodes} simulated nodes, ` +
         `${opt.concurrency} deploys at a time per node; each node's link to the registry/store: ${describeLink(opt.link)} ` +
         '(a user-space TCP throttle per node; FIFO bandwidth shared by the node\'s connections, RTT/2 each way, 1 RTT per new connection).',
@@ -205,15 +284,27 @@ async function main (): Promise<void> {
       `Corpus: ${NPM_PROJECTS.map(p => p.name).join(', ')} (successive releases, newest first, round robin); task \`${opt.task.kind}\`: ${opt.task.summary}; ` +
         'every output is checked, and equal across sides.',
       '',
-      `Plot: ${png}`
+      '## Over the run',
+      '',
+      'Seconds per container: node time ÷ containers over each node\'s first and last 1,000 / M completions (M nodes), and the ' +
+        'spread of the same over every window of 1,000 through the run (coefficient of variation, windows after the first).',
+      '',
+      steadyTable(runs),
+      '',
+      'Resources on each node, sampled every 5 s of its blocks (daemons: dockerd + containerd, or layerd; agent: the bench process, ' +
+        'which runs createSandbox for the layerd library launcher; mounts and loop devices on the node\'s disk). First sample, largest, last.',
+      '',
+      growthTable(runs),
+      '',
+      `Plots: ${png} (readiness), ${seriesPng} (over the run)`
     ].join('\n')
     await writeReport({
-      name: 'deploy',
+      name: opt.name,
       title: 'Deploy benchmark: layerd vs docker pull + run',
       command,
       load: loadFigures,
       markdown,
-      data: { ...sides, params, dedup: d, pushes: sources.pushes, labels: SIDE_LABELS }
+      data: { ...sides, params, series: Object.fromEntries([...runs].map(([side, rs]) => [side, rs.map(r => r.series)])), dedup: d, pushes: sources.pushes, labels: SIDE_LABELS }
     }, opt.out)
   } finally {
     process.off('SIGINT', onSignal).off('SIGTERM', onSignal)

@@ -119,6 +119,9 @@ export class DockerNode {
     if (r.code !== 0) throw new Error(`docker pull ${ref} failed (${r.code}): ${r.stderr.trim()}`)
   }
 
+  /** The two daemons' process ids. */
+  get pids (): Record<string, number> { return { dockerd: this.#dockerd.pid!, containerd: this.#containerd.pid! } }
+
   /** The two daemons' peak resident sets (VmHWM), bytes. */
   async peakRss (): Promise<{ dockerd: number, containerd: number }> {
     return { dockerd: await peakRssOf(this.#dockerd.pid!), containerd: await peakRssOf(this.#containerd.pid!) }

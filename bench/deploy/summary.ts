@@ -37,7 +37,7 @@ export interface SideSummary {
   chunkBytesFetched?: number
   fetches?: number
   bytesUploaded?: number
-  perNode: Array<Omit<NodeRun, 'timings' | 'outputs'>>
+  perNode: Array<Omit<NodeRun, 'timings' | 'outputs' | 'series'>>
   /** Every container: index, node (image: schedule.ts placeContainers), start, time to ready and end, ms. */
   containerTimings: Array<[index: number, node: number, startMs: number, readyMs: number, endMs: number]>
   /** Seconds until the k-th container was ready, k = 1..N. */
@@ -67,7 +67,7 @@ export function summarizeSide (side: SideName, runs: NodeRun[], wallSeconds?: nu
     footprintBytes: sum(r => r.footprintBytes),
     sumNodeSeconds: sum(r => r.seconds),
     meanReadySeconds: ready.reduce((a, b) => a + b, 0) / ready.length,
-    perNode: runs.map(({ timings: _t, outputs: _o, ...rest }) => rest),
+    perNode: runs.map(({ timings: _t, outputs: _o, series: _s, ...rest }) => rest),
     readiness: readinessCurve(timings),
     containerTimings: timings.map(t => [t.index, t.node, Math.round(t.startMs), Math.round(t.readyMs), Math.round(t.endMs)])
   }
@@ -80,7 +80,7 @@ export function summarizeSide (side: SideName, runs: NodeRun[], wallSeconds?: nu
 
 const mb = (b: number): string => fmt(b / 1e6, 1)
 
-/** The main table: one row per side, then the ratios of Docker to each layerd side. */
+/** The main table: one row per side, then the ratios of Docker to each layerd side, the side that crosses the link (S3) first. */
 export function sidesTable (sides: Partial<Record<SideName, SideSummary>>): string {
   const rows: string[][] = []
   for (const [name, s] of Object.entries(sides) as Array<[SideName, SideSummary]>) {
@@ -89,7 +89,7 @@ export function sidesTable (sides: Partial<Record<SideName, SideSummary>>): stri
   const d = sides.docker
   const ratios: string[] = []
   if (d !== undefined) {
-    for (const name of ['layerd', 'layerdS3'] as const) {
+    for (const name of ['layerdS3', 'layerd'] as const) {
       const l = sides[name]
       if (l === undefined) continue
       ratios.push(`| Docker ÷ ${name} | ${fmt(d.seconds / l.seconds, 2)}x | ${fmt(d.p50 / l.p50, 2)}x | ${fmt(d.p99 / l.p99, 2)}x | ` +
