@@ -40,6 +40,8 @@ export const RUNNER_ENTRY = fileURLToPath(new URL('../../layerd/runner.js', impo
 /** How long a stopping runner gets to end its runs before SIGKILL. */
 const RUNNER_STOP_TIMEOUT_MS = 30_000
 const RUNNER_START_TIMEOUT_MS = 30_000
+/** A hand-over the runner's channel has not taken in this long means the runner is wedged or dying: the connection is dropped and the runner replaced. */
+const HAND_OVER_TIMEOUT_MS = 10_000
 
 /** Messages over the runner's IPC channel. */
 export type RunnerMessage = { type: 'ready' } | { type: 'log', line: string } | { type: 'run' }
@@ -65,6 +67,7 @@ export async function startRunServer (opts: { home: string, log: (line: string) 
       if (runner?.child === child) runner = undefined
       resolve()
     }))
+    child.once('disconnect', () => { if (runner?.child === child) runner = undefined })
     const ready = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`the runner did not start within ${RUNNER_START_TIMEOUT_MS} ms`)) }, RUNNER_START_TIMEOUT_MS)
       child.on('message', (m: RunnerMessage) => {
@@ -76,14 +79,34 @@ export async function startRunServer (opts: { home: string, log: (line: string) 
     ready.catch(() => {})
     return { child, ready, exited }
   }
+  // A runner killed a moment ago can still be `runner` (its exit not yet seen): its channel says so first.
+  const liveRunner = (): Runner => {
+    if (runner !== undefined && !runner.child.connected) runner = undefined
+    return (runner ??= startRunner())
+  }
+  const sendTo = async (r: Runner, socket: Socket): Promise<void> => {
+    await r.ready
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        r.child.kill('SIGKILL')
+        reject(new Error(`the runner (pid ${r.child.pid ?? '?'}) did not take the connection within ${HAND_OVER_TIMEOUT_MS} ms; it was killed`))
+      }, HAND_OVER_TIMEOUT_MS)
+      r.child.send({ type: 'run' } satisfies RunnerMessage, socket, err => { clearTimeout(timer); if (err === null) resolve(); else reject(err) })
+    })
+  }
   const handOver = async (socket: Socket): Promise<void> => {
     socket.on('error', () => socket.destroy())
     try {
       if (closing !== undefined) throw new Error('layerd is stopping')
-      runner ??= startRunner()
-      const r = runner
-      await r.ready
-      await new Promise<void>((resolve, reject) => r.child.send({ type: 'run' } satisfies RunnerMessage, socket, err => err === null ? resolve() : reject(err)))
+      const r = liveRunner()
+      try {
+        await sendTo(r, socket)
+      } catch (err) {
+        // The runner died between the check and the send: one more try, with a new one.
+        if (r.child.connected || closing !== undefined || socket.destroyed) throw err
+        if (runner === r) runner = undefined
+        await sendTo(liveRunner(), socket)
+      }
     } catch (err) {
       log(`run socket: cannot hand a connection to the runner: ${(err as Error).message}`)
       socket.destroy()
