@@ -12,9 +12,11 @@
  *   image: manifest and config into containerd, every layer a remote
  *   snapshot; a call to the running layerd), then `ctr run --rm`. Chunks
  *   come from the S3 store (s3rver) through the node's throttle, on demand.
+ *   The pull goes through layerctl's C front (served by layerd's run
+ *   socket), or with `--pull-client node` through the Node CLI.
  *
  *   node dist/bench/containerd-start.js [--containers N] [--images K (default N)] [--concurrency C]
- *        [--bandwidth 1g] [--rtt-ms 1] [--task load|read-all] [--out DIR]
+ *        [--bandwidth 1g] [--rtt-ms 1] [--task load|read-all] [--pull-client front|node] [--out DIR]
  *
  * Each side gets a fresh node disk (bench/deploy/node-disk.ts: containerd's
  * root and layerd's home and cache on it), so "bytes written" is that
@@ -35,7 +37,7 @@
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import { ContainerdInstance } from '../fixtures/containerd.js'
-import { layerdNode } from '../fixtures/layerd-harness.js'
+import { LAYERCTL_FRONT, layerdNode, run } from '../fixtures/layerd-harness.js'
 import { unmountAllUnder } from '../src/host/mount-table.js'
 import { snapshotterSocketPath } from '../src/snapshotter/containerd-snapshotter.js'
 import { fmt, loadAverage, markdownTable, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
@@ -56,7 +58,7 @@ const DISK_BYTES = 16 * 1024 ** 3
 interface ContainerRun { index: number, cold: boolean, readyMs: number, runMs: number }
 interface SideRun { side: Side, seconds: number, containers: ContainerRun[], pullMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string> }
 
-interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, log: (line: string) => void }
+interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, pullClient: 'front' | 'node', log: (line: string) => void }
 
 const log = (line: string): void => { process.stderr.write(`containerd-start: ${line}\n`) }
 
@@ -67,6 +69,7 @@ const SPEC = {
   bandwidth: { type: 'string', default: '1g', value: 'BITS/S' },
   'rtt-ms': { type: 'string', default: '1', value: 'MS' },
   task: { type: 'string', default: 'load', value: 'TASK' },
+  'pull-client': { type: 'string', default: 'front', value: 'front|node' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('containerd-start', SPEC)
@@ -102,7 +105,9 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       const t0 = performance.now()
       const r = side === 'overlayfs'
         ? await c.ctr('images', 'pull', '--plain-http', '--snapshotter', 'overlayfs', `${proxy.hostPort}/${t.ref}`)
-        : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address, '--json')
+        : ctx.pullClient === 'front'
+          ? await run(LAYERCTL_FRONT, ['containerd', 'pull', t.ref, '--address', c.address, '--json'], node.env)
+          : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address, '--json')
       if (r.code !== 0) throw new Error(`${side}: pulling ${t.ref}: ${r.stderr.trim().slice(-500)}`)
       pullMs.push(performance.now() - t0)
       if (process.env.CTRB_TRACE !== undefined) ctx.log(`${side} pull ${t.ref}: ${fmt((performance.now() - t0) / 1000)} s${side === 'layerd' ? ' ' + r.stdout.trim() : ''}`)
@@ -144,14 +149,16 @@ async function main (): Promise<void> {
   const concurrency = ARGS.number('concurrency', { min: 1 })
   const link: LinkSpec = { bitsPerSecond: parseBandwidth(ARGS.string('bandwidth')), rttMs: ARGS.number('rtt-ms', { integer: false }) }
   const task = deployTask(ARGS.string('task'))
+  const pullClient = ARGS.string('pull-client')
+  if (pullClient !== 'front' && pullClient !== 'node') throw new Error(`--pull-client takes front or node, got ${JSON.stringify(pullClient)}`)
   const command = `node dist/bench/containerd-start.js ${process.argv.slice(2).join(' ')}`.trim()
-  log(`${containers} containers, ${images} images, concurrency ${concurrency}, link ${describeLink(link)}, task ${task.kind}; load ${loadAverage()}`)
+  log(`${containers} containers, ${images} images, concurrency ${concurrency}, link ${describeLink(link)}, task ${task.kind}, pull by the ${pullClient === 'front' ? 'C front' : 'Node CLI'}; load ${loadAverage()}`)
   const corpus = await ensureDeployCorpus(images, log)
   const work = await mkdtemp('/var/tmp/layerd-ctrb-')
   let sources: ImageSources | undefined
   try {
     sources = await prepareImageSources(work, corpus, log)
-    const ctx: Ctx = { work, link, task, concurrency, sources, log }
+    const ctx: Ctx = { work, link, task, concurrency, sources, pullClient, log }
     const placements = placeContainers(containers, 1, corpus.tasks.slice(0, images))[0]!
     const load = startLoadSampler()
     const runs = new Map<Side, SideRun>()
@@ -183,7 +190,7 @@ async function main (): Promise<void> {
     const fetched = o.bytesFetched / Math.max(1, l.bytesFetched)
     const coldCount = ms(o, true).length
     const markdown = [
-      `${containers} containers of ${images} per-task images on one cold node, concurrency ${concurrency}, link ${describeLink(link)}, task \`${task.kind}\` (${task.summary}). ` +
+      `${containers} containers of ${images} per-task images on one cold node, concurrency ${concurrency}, link ${describeLink(link)}, task \`${task.kind}\` (${task.summary}); layerd's pulls by ${pullClient === 'front' ? 'layerctl\'s C front (layerd\'s run socket)' : 'the Node CLI'}. ` +
         `Cold: the first container of its image on the node, timed from its image's pull to its task finished (${coldCount} per side)` +
         (warmCount > 0 ? `; warm: a later container of an image already on the node (${warmCount} per side).` : '; every container is cold (its own image).'),
       '',
@@ -200,7 +207,7 @@ async function main (): Promise<void> {
       command,
       load: load.stop(),
       markdown,
-      data: { containers, images, concurrency, link, task: task.kind, runs: Object.fromEntries(runs), speedP50, speedP99, writesRatio: writes, fetchedRatio: fetched }
+      data: { containers, images, concurrency, link, task: task.kind, pullClient, runs: Object.fromEntries(runs), speedP50, speedP99, writesRatio: writes, fetchedRatio: fetched }
     }, ARGS.string('out'))
   } finally {
     await sources?.stop().catch(err => log(`cleanup: ${(err as Error).message}`))
