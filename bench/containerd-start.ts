@@ -40,6 +40,8 @@ import { ContainerdInstance } from '../fixtures/containerd.js'
 import { LAYERCTL_FRONT, layerdNode, run } from '../fixtures/layerd-harness.js'
 import { unmountAllUnder } from '../src/host/mount-table.js'
 import { snapshotterSocketPath } from '../src/snapshotter/containerd-snapshotter.js'
+import { ControlClient } from '../src/daemon/control-client.js'
+import { socketPath, type MountStats } from '../src/daemon/control-protocol.js'
 import { fmt, loadAverage, markdownTable, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { ensureDeployCorpus, type TaskImage } from './deploy/corpus.js'
@@ -56,7 +58,9 @@ const DISK_BYTES = 16 * 1024 ** 3
 
 /** One container: its time to task finished, whether it was its image's first on the node (cold), and its `ctr run`'s own time. */
 interface ContainerRun { index: number, cold: boolean, readyMs: number, runMs: number }
-interface SideRun { side: Side, seconds: number, containers: ContainerRun[], pullMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string> }
+/** One remote snapshot's top-layer mount (layerd): what its image's containers asked of it through FUSE. */
+interface TopMountOps { image: string, lookups: number, opens: number, reads: number, readdirs: number, fetchReads: number, syncReads: number }
+interface SideRun { side: Side, seconds: number, containers: ContainerRun[], pullMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string>, topMounts?: TopMountOps[] }
 
 interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, pullClient: 'front' | 'node', log: (line: string) => void }
 
@@ -130,7 +134,8 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       return { readyMs }
     })
     const figures = await disk.figures()
-    return { side, seconds, containers: containers.sort((a, b) => a.index - b.index), pullMs, bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs }
+    const topMounts = side === 'layerd' ? await topMountOps(home) : undefined
+    return { side, seconds, containers: containers.sort((a, b) => a.index - b.index), pullMs, bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs, ...(topMounts === undefined ? {} : { topMounts }) }
   } finally {
     await containerd?.stop()
     if (containerd !== undefined) await rm(containerd.dir, { recursive: true, force: true })
@@ -139,6 +144,23 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
     await unmountAllUnder(disk.mountpoint).catch(() => {})
     await disk.destroy()
     await rm(nodeDir, { recursive: true, force: true })
+  }
+}
+
+/** The FUSE requests each remote snapshot's mount of the layerd node at `home` served (after the runs; not timed). Shared base mounts are not listed. Async. */
+async function topMountOps (home: string): Promise<TopMountOps[]> {
+  const client = await ControlClient.connect(socketPath(home))
+  try {
+    const ops: TopMountOps[] = []
+    for (const m of await client.call('mounts')) {
+      const s = await client.call('stats', { mountpoint: m.mountpoint }) as MountStats
+      const f = s.fuseOps
+      if (f === undefined) continue
+      ops.push({ image: m.image, lookups: f.lookups, opens: f.opens, reads: f.reads, readdirs: f.readdirs, fetchReads: s.fetchReads, syncReads: s.syncReads })
+    }
+    return ops
+  } finally {
+    client.close()
   }
 }
 
@@ -199,6 +221,10 @@ async function main (): Promise<void> {
       `- layerd vs overlayfs, cold (pull to task finished): **${fmt(speedP50)}x** faster at p50, ${fmt(speedP99)}x at p99 (target ≥ 3x: ${speedP50 >= 3 ? '✓' : '✗'}); ` +
         `**${fmt(writes, 1)}x** fewer bytes written (target ≥ 5x: ${writes >= 5 ? '✓' : '✗'}); ${fmt(fetched, 1)}x fewer bytes fetched.`,
       ...(warmCount > 0 ? [`- Warm (the image already on the node; no pull of its own): ${fmt(ratio(false, 0.5))}x at p50, ${fmt(ratio(false, 0.99))}x at p99.`] : []),
+      ...(l.topMounts === undefined || l.topMounts.length === 0
+        ? []
+        : [`- FUSE requests per image's top-layer mount (layerd; ${l.topMounts.length} mounts; medians): ` +
+          (['lookups', 'opens', 'reads', 'readdirs', 'fetchReads', 'syncReads'] as const).map(k => `${k} ${fmt(quantile(l.topMounts!.map(m => m[k]), 0.5), 0)}`).join(', ') + '.']),
       '- Every container\'s output was checked, and both sides printed the same result per image.'
     ].join('\n')
     await writeReport({

@@ -364,13 +364,15 @@ export class MountManager {
   stats (mountpoint: string): MountStats {
     const m = this.#get(mountpoint)
     const s = m.reader.stats
+    const fuseOps = m.mount.serverCounters()
     return {
       mountpoint: m.info.mountpoint,
       image: m.info.image,
       ...m.mount.stats(),
       fetches: s.fetches,
       prefetchedChunks: s.prefetchedChunks,
-      storeErrors: s.storeErrors
+      storeErrors: s.storeErrors,
+      ...(fuseOps === undefined ? {} : { fuseOps })
     }
   }
 
