@@ -35,10 +35,10 @@
  * Bench-only: may import anything.
  */
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
-import { join, resolve } from 'node:path'
+import { basename, join, resolve } from 'node:path'
 import { ContainerdInstance } from '../fixtures/containerd.js'
 import { LAYERCTL_FRONT, layerdNode, run } from '../fixtures/layerd-harness.js'
-import { unmountAllUnder } from '../src/host/mount-table.js'
+import { mountsUnder, unmountAllUnder } from '../src/host/mount-table.js'
 import { snapshotterSocketPath } from '../src/snapshotter/containerd-snapshotter.js'
 import { ControlClient } from '../src/daemon/control-client.js'
 import { socketPath, type MountStats } from '../src/daemon/control-protocol.js'
@@ -55,12 +55,13 @@ import { ThrottleProxy } from './deploy/throttle-proxy.js'
 type Side = 'overlayfs' | 'layerd'
 const SIDES: Side[] = ['overlayfs', 'layerd']
 const DISK_BYTES = 16 * 1024 ** 3
+const OPS_KEYS = ['lookups', 'opens', 'reads', 'readdirs', 'fetchReads', 'syncReads'] as const
 
 /** One container: its time to task finished, whether it was its image's first on the node (cold), and its `ctr run`'s own time. */
 interface ContainerRun { index: number, cold: boolean, readyMs: number, runMs: number }
-/** One remote snapshot's top-layer mount (layerd): what its image's containers asked of it through FUSE. */
-interface TopMountOps { image: string, lookups: number, opens: number, reads: number, readdirs: number, fetchReads: number, syncReads: number }
-interface SideRun { side: Side, seconds: number, containers: ContainerRun[], pullMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string>, topMounts?: TopMountOps[] }
+/** One layerd mount: what the containers asked of it through FUSE (a remote snapshot's top layer, or a shared base). */
+interface MountOps { image: string, lookups: number, opens: number, reads: number, readdirs: number, fetchReads: number, syncReads: number }
+interface SideRun { side: Side, seconds: number, containers: ContainerRun[], pullMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string>, topMounts?: MountOps[], baseMounts?: MountOps[] }
 
 interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, pullClient: 'front' | 'node', log: (line: string) => void }
 
@@ -134,8 +135,8 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       return { readyMs }
     })
     const figures = await disk.figures()
-    const topMounts = side === 'layerd' ? await topMountOps(home) : undefined
-    return { side, seconds, containers: containers.sort((a, b) => a.index - b.index), pullMs, bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs, ...(topMounts === undefined ? {} : { topMounts }) }
+    const ops = side === 'layerd' ? await layerdMountOps(home) : undefined
+    return { side, seconds, containers: containers.sort((a, b) => a.index - b.index), pullMs, bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs, ...(ops === undefined ? {} : { topMounts: ops.tops, baseMounts: ops.bases }) }
   } finally {
     await containerd?.stop()
     if (containerd !== undefined) await rm(containerd.dir, { recursive: true, force: true })
@@ -147,18 +148,19 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
   }
 }
 
-/** The FUSE requests each remote snapshot's mount of the layerd node at `home` served (after the runs; not timed). Shared base mounts are not listed. Async. */
-async function topMountOps (home: string): Promise<TopMountOps[]> {
+/** The FUSE requests each mount of the layerd node at `home` served (after the runs; not timed): the remote snapshots' mounts, and the shared bases under `<home>/images`. Async. */
+async function layerdMountOps (home: string): Promise<{ tops: MountOps[], bases: MountOps[] }> {
   const client = await ControlClient.connect(socketPath(home))
+  const opsOf = async (mountpoint: string): Promise<MountOps | undefined> => {
+    const s = await client.call('stats', { mountpoint }) as MountStats
+    const f = s.fuseOps
+    return f === undefined ? undefined : { image: s.image, lookups: f.lookups, opens: f.opens, reads: f.reads, readdirs: f.readdirs, fetchReads: s.fetchReads, syncReads: s.syncReads }
+  }
   try {
-    const ops: TopMountOps[] = []
-    for (const m of await client.call('mounts')) {
-      const s = await client.call('stats', { mountpoint: m.mountpoint }) as MountStats
-      const f = s.fuseOps
-      if (f === undefined) continue
-      ops.push({ image: m.image, lookups: f.lookups, opens: f.opens, reads: f.reads, readdirs: f.readdirs, fetchReads: s.fetchReads, syncReads: s.syncReads })
-    }
-    return ops
+    const tops = (await Promise.all((await client.call('mounts')).map(async m => await opsOf(m.mountpoint)))).filter(o => o !== undefined)
+    const baseDirs = (await mountsUnder(join(home, 'images'))).filter(p => basename(p).startsWith('base-'))
+    const bases = (await Promise.all(baseDirs.map(opsOf))).filter(o => o !== undefined)
+    return { tops, bases }
   } finally {
     client.close()
   }
@@ -224,7 +226,11 @@ async function main (): Promise<void> {
       ...(l.topMounts === undefined || l.topMounts.length === 0
         ? []
         : [`- FUSE requests per image's top-layer mount (layerd; ${l.topMounts.length} mounts; medians): ` +
-          (['lookups', 'opens', 'reads', 'readdirs', 'fetchReads', 'syncReads'] as const).map(k => `${k} ${fmt(quantile(l.topMounts!.map(m => m[k]), 0.5), 0)}`).join(', ') + '.']),
+          OPS_KEYS.map(k => `${k} ${fmt(quantile(l.topMounts!.map(m => m[k]), 0.5), 0)}`).join(', ') + '.']),
+      ...(l.baseMounts === undefined || l.baseMounts.length === 0
+        ? []
+        : [`- FUSE requests of the shared base mounts, all ${l.topMounts?.length ?? 0} containers together (${l.baseMounts.length} base(s)): ` +
+          OPS_KEYS.map(k => `${k} ${l.baseMounts!.reduce((n, m) => n + m[k], 0)}`).join(', ') + '.']),
       '- Every container\'s output was checked, and both sides printed the same result per image.'
     ].join('\n')
     await writeReport({

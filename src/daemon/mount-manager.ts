@@ -361,8 +361,16 @@ export class MountManager {
     return [...this.#mounts.values()].map(m => m.info)
   }
 
+  /**
+   * A mount's counters: a mount of this manager's, or a shared base under
+   * the shared directory (image-stacks.ts; not listed by list(), as it is
+   * no image of its own). Sync. Throws NotFoundError for anything else.
+   */
   stats (mountpoint: string): MountStats {
-    const m = this.#get(mountpoint)
+    const shared = this.#mounts.has(resolve(mountpoint)) ? undefined : this.#stacks.mountedBase(resolve(mountpoint))
+    const m = shared === undefined
+      ? this.#get(mountpoint)
+      : { info: { mountpoint: shared.base.mountpoint, image: `shared base of ${shared.layers} layer(s), under ${shared.users} stack(s)` }, reader: shared.base.reader, mount: shared.base.mount }
     const s = m.reader.stats
     const fuseOps = m.mount.serverCounters()
     return {

@@ -109,6 +109,10 @@ t.test('two task images on one base: each container stands on its own top layer 
   const mounted = await hostMountsUnder(node.home)
   for (const d of [...a, ...b]) t.ok(mounted.includes(d), `${d} is a mount`)
   t.ok(a[1]!.startsWith(join(node.home, 'images', 'base-')), `the base is the node's shared base mount: ${a[1]}`)
+  const base = await node.layerctl('stats', a[1]!, '--json')
+  t.equal(base.code, 0, `layerctl stats answers for the shared base: ${base.stderr}`)
+  const counted = JSON.parse(base.stdout) as { fuseOps?: { reads: number } }
+  t.ok((counted.fuseOps?.reads ?? 0) > 0, `python was read through the base: ${base.stdout.slice(0, 300)}`)
   for (const name of TASKS) t.equal((await containerd.ctr('images', 'rm', '--sync', `deb/task-${name}:v1`)).code, 0)
 })
 
