@@ -12,9 +12,11 @@
  *   image: manifest and config into containerd, every layer a remote
  *   snapshot; a call to the running layerd), then `ctr run --rm`. Chunks
  *   come from the S3 store (s3rver) through the node's throttle, on demand.
+ *   The pull goes through layerctl's C front (served by layerd's run
+ *   socket), or with `--pull-client node` through the Node CLI.
  *
  *   node dist/bench/containerd-start.js [--containers N] [--images K (default N)] [--concurrency C]
- *        [--bandwidth 1g] [--rtt-ms 1] [--task load|read-all] [--out DIR]
+ *        [--bandwidth 1g] [--rtt-ms 1] [--task load|read-all] [--pull-client front|node] [--out DIR]
  *
  * Each side gets a fresh node disk (bench/deploy/node-disk.ts: containerd's
  * root and layerd's home and cache on it), so "bytes written" is that
@@ -33,11 +35,13 @@
  * Bench-only: may import anything.
  */
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
-import { join, resolve } from 'node:path'
+import { basename, join, resolve } from 'node:path'
 import { ContainerdInstance } from '../fixtures/containerd.js'
-import { layerdNode } from '../fixtures/layerd-harness.js'
-import { unmountAllUnder } from '../src/host/mount-table.js'
+import { LAYERCTL_FRONT, layerdNode, run } from '../fixtures/layerd-harness.js'
+import { mountsUnder, unmountAllUnder } from '../src/host/mount-table.js'
 import { snapshotterSocketPath } from '../src/snapshotter/containerd-snapshotter.js'
+import { ControlClient } from '../src/daemon/control-client.js'
+import { socketPath, type MountStats } from '../src/daemon/control-protocol.js'
 import { fmt, loadAverage, markdownTable, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { ensureDeployCorpus, type TaskImage } from './deploy/corpus.js'
@@ -51,12 +55,15 @@ import { ThrottleProxy } from './deploy/throttle-proxy.js'
 type Side = 'overlayfs' | 'layerd'
 const SIDES: Side[] = ['overlayfs', 'layerd']
 const DISK_BYTES = 16 * 1024 ** 3
+const OPS_KEYS = ['lookups', 'opens', 'reads', 'readdirs', 'fetchReads', 'syncReads'] as const
 
 /** One container: its time to task finished, whether it was its image's first on the node (cold), and its `ctr run`'s own time. */
 interface ContainerRun { index: number, cold: boolean, readyMs: number, runMs: number }
-interface SideRun { side: Side, seconds: number, containers: ContainerRun[], pullMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string> }
+/** One layerd mount: what the containers asked of it through FUSE (a remote snapshot's top layer, or a shared base). */
+interface MountOps { image: string, lookups: number, opens: number, reads: number, readdirs: number, fetchReads: number, syncReads: number }
+interface SideRun { side: Side, seconds: number, containers: ContainerRun[], pullMs: number[], bytesFetched: number, bytesWritten: number, outputs: Record<string, string>, topMounts?: MountOps[], baseMounts?: MountOps[] }
 
-interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, log: (line: string) => void }
+interface Ctx { work: string, link: LinkSpec, task: DeployTask, concurrency: number, sources: ImageSources, pullClient: 'front' | 'node', log: (line: string) => void }
 
 const log = (line: string): void => { process.stderr.write(`containerd-start: ${line}\n`) }
 
@@ -67,6 +74,7 @@ const SPEC = {
   bandwidth: { type: 'string', default: '1g', value: 'BITS/S' },
   'rtt-ms': { type: 'string', default: '1', value: 'MS' },
   task: { type: 'string', default: 'load', value: 'TASK' },
+  'pull-client': { type: 'string', default: 'front', value: 'front|node' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('containerd-start', SPEC)
@@ -102,7 +110,9 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       const t0 = performance.now()
       const r = side === 'overlayfs'
         ? await c.ctr('images', 'pull', '--plain-http', '--snapshotter', 'overlayfs', `${proxy.hostPort}/${t.ref}`)
-        : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address, '--json')
+        : ctx.pullClient === 'front'
+          ? await run(LAYERCTL_FRONT, ['containerd', 'pull', t.ref, '--address', c.address, '--json'], node.env)
+          : await node.layerctl('containerd', 'pull', t.ref, '--address', c.address, '--json')
       if (r.code !== 0) throw new Error(`${side}: pulling ${t.ref}: ${r.stderr.trim().slice(-500)}`)
       pullMs.push(performance.now() - t0)
       if (process.env.CTRB_TRACE !== undefined) ctx.log(`${side} pull ${t.ref}: ${fmt((performance.now() - t0) / 1000)} s${side === 'layerd' ? ' ' + r.stdout.trim() : ''}`)
@@ -125,7 +135,8 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
       return { readyMs }
     })
     const figures = await disk.figures()
-    return { side, seconds, containers: containers.sort((a, b) => a.index - b.index), pullMs, bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs }
+    const ops = side === 'layerd' ? await layerdMountOps(home) : undefined
+    return { side, seconds, containers: containers.sort((a, b) => a.index - b.index), pullMs, bytesFetched: proxy.stats().bytesDown, bytesWritten: figures.writtenBytes, outputs, ...(ops === undefined ? {} : { topMounts: ops.tops, baseMounts: ops.bases }) }
   } finally {
     await containerd?.stop()
     if (containerd !== undefined) await rm(containerd.dir, { recursive: true, force: true })
@@ -137,6 +148,24 @@ async function runSide (ctx: Ctx, side: Side, placements: Array<Placement<TaskIm
   }
 }
 
+/** The FUSE requests each mount of the layerd node at `home` served (after the runs; not timed): the remote snapshots' mounts, and the shared bases under `<home>/images`. Async. */
+async function layerdMountOps (home: string): Promise<{ tops: MountOps[], bases: MountOps[] }> {
+  const client = await ControlClient.connect(socketPath(home))
+  const opsOf = async (mountpoint: string): Promise<MountOps | undefined> => {
+    const s = await client.call('stats', { mountpoint }) as MountStats
+    const f = s.fuseOps
+    return f === undefined ? undefined : { image: s.image, lookups: f.lookups, opens: f.opens, reads: f.reads, readdirs: f.readdirs, fetchReads: s.fetchReads, syncReads: s.syncReads }
+  }
+  try {
+    const tops = (await Promise.all((await client.call('mounts')).map(async m => await opsOf(m.mountpoint)))).filter(o => o !== undefined)
+    const baseDirs = (await mountsUnder(join(home, 'images'))).filter(p => basename(p).startsWith('base-'))
+    const bases = (await Promise.all(baseDirs.map(opsOf))).filter(o => o !== undefined)
+    return { tops, bases }
+  } finally {
+    client.close()
+  }
+}
+
 async function main (): Promise<void> {
   const containers = ARGS.number('containers', { min: 1 })
   const images = ARGS.string('images') === '' ? containers : ARGS.number('images', { min: 1 })
@@ -144,14 +173,16 @@ async function main (): Promise<void> {
   const concurrency = ARGS.number('concurrency', { min: 1 })
   const link: LinkSpec = { bitsPerSecond: parseBandwidth(ARGS.string('bandwidth')), rttMs: ARGS.number('rtt-ms', { integer: false }) }
   const task = deployTask(ARGS.string('task'))
+  const pullClient = ARGS.string('pull-client')
+  if (pullClient !== 'front' && pullClient !== 'node') throw new Error(`--pull-client takes front or node, got ${JSON.stringify(pullClient)}`)
   const command = `node dist/bench/containerd-start.js ${process.argv.slice(2).join(' ')}`.trim()
-  log(`${containers} containers, ${images} images, concurrency ${concurrency}, link ${describeLink(link)}, task ${task.kind}; load ${loadAverage()}`)
+  log(`${containers} containers, ${images} images, concurrency ${concurrency}, link ${describeLink(link)}, task ${task.kind}, pull by the ${pullClient === 'front' ? 'C front' : 'Node CLI'}; load ${loadAverage()}`)
   const corpus = await ensureDeployCorpus(images, log)
   const work = await mkdtemp('/var/tmp/layerd-ctrb-')
   let sources: ImageSources | undefined
   try {
     sources = await prepareImageSources(work, corpus, log)
-    const ctx: Ctx = { work, link, task, concurrency, sources, log }
+    const ctx: Ctx = { work, link, task, concurrency, sources, pullClient, log }
     const placements = placeContainers(containers, 1, corpus.tasks.slice(0, images))[0]!
     const load = startLoadSampler()
     const runs = new Map<Side, SideRun>()
@@ -183,7 +214,7 @@ async function main (): Promise<void> {
     const fetched = o.bytesFetched / Math.max(1, l.bytesFetched)
     const coldCount = ms(o, true).length
     const markdown = [
-      `${containers} containers of ${images} per-task images on one cold node, concurrency ${concurrency}, link ${describeLink(link)}, task \`${task.kind}\` (${task.summary}). ` +
+      `${containers} containers of ${images} per-task images on one cold node, concurrency ${concurrency}, link ${describeLink(link)}, task \`${task.kind}\` (${task.summary}); layerd's pulls by ${pullClient === 'front' ? 'layerctl\'s C front (layerd\'s run socket)' : 'the Node CLI'}. ` +
         `Cold: the first container of its image on the node, timed from its image's pull to its task finished (${coldCount} per side)` +
         (warmCount > 0 ? `; warm: a later container of an image already on the node (${warmCount} per side).` : '; every container is cold (its own image).'),
       '',
@@ -192,6 +223,14 @@ async function main (): Promise<void> {
       `- layerd vs overlayfs, cold (pull to task finished): **${fmt(speedP50)}x** faster at p50, ${fmt(speedP99)}x at p99 (target ≥ 3x: ${speedP50 >= 3 ? '✓' : '✗'}); ` +
         `**${fmt(writes, 1)}x** fewer bytes written (target ≥ 5x: ${writes >= 5 ? '✓' : '✗'}); ${fmt(fetched, 1)}x fewer bytes fetched.`,
       ...(warmCount > 0 ? [`- Warm (the image already on the node; no pull of its own): ${fmt(ratio(false, 0.5))}x at p50, ${fmt(ratio(false, 0.99))}x at p99.`] : []),
+      ...(l.topMounts === undefined || l.topMounts.length === 0
+        ? []
+        : [`- FUSE requests per image's top-layer mount (layerd; ${l.topMounts.length} mounts; medians): ` +
+          OPS_KEYS.map(k => `${k} ${fmt(quantile(l.topMounts!.map(m => m[k]), 0.5), 0)}`).join(', ') + '.']),
+      ...(l.baseMounts === undefined || l.baseMounts.length === 0
+        ? []
+        : [`- FUSE requests of the shared base mounts, all ${l.topMounts?.length ?? 0} containers together (${l.baseMounts.length} base(s)): ` +
+          OPS_KEYS.map(k => `${k} ${l.baseMounts!.reduce((n, m) => n + m[k], 0)}`).join(', ') + '.']),
       '- Every container\'s output was checked, and both sides printed the same result per image.'
     ].join('\n')
     await writeReport({
@@ -200,7 +239,7 @@ async function main (): Promise<void> {
       command,
       load: load.stop(),
       markdown,
-      data: { containers, images, concurrency, link, task: task.kind, runs: Object.fromEntries(runs), speedP50, speedP99, writesRatio: writes, fetchedRatio: fetched }
+      data: { containers, images, concurrency, link, task: task.kind, pullClient, runs: Object.fromEntries(runs), speedP50, speedP99, writesRatio: writes, fetchedRatio: fetched }
     }, ARGS.string('out'))
   } finally {
     await sources?.stop().catch(err => log(`cleanup: ${(err as Error).message}`))

@@ -6,9 +6,13 @@
  * `run` to the node's layerd over <home>/run.sock (src/cli/run-protocol.ts
  * has the format; src/cli/run-server.ts the daemon's side), which runs the
  * Node CLI's own run command and streams its stdout, stderr and exit code
- * back. Everything else, and every case this front does not serve, becomes
- * the Node CLI (dist/cli/layerctl.js) by exec, with the same arguments:
- *   - a command other than `run`;
+ * back. `layerctl containerd pull` of a layerd image goes the same way (it is a
+ * call to layerd, and the Node process was ~0.4 s of every pull); layerd
+ * decides which invocations it serves (src/cli/run-socket-commands.ts) and
+ * answers the others fallback. Everything else, and every case this front does
+ * not serve, becomes the Node CLI (dist/cli/layerctl.js) by exec, with the
+ * same arguments:
+ *   - a command other than `run` and `containerd`;
  *   - no layerd answering on the socket (the Node CLI starts it; the next run
  *     finds it);
  *   - a home given as a relative path;
@@ -132,6 +136,14 @@ static int add_field(char **buf, size_t *len, size_t *cap, const char *s) {
   return 0;
 }
 
+/* Whether the environment entry `e` goes with the request: LAYERD_*, and src/cli/run-socket-commands.ts's RUN_SOCKET_ENV. */
+static int sent_env(const char *e) {
+  static const char *const extra[] = { "CONTAINERD_ADDRESS=", "CONTAINERD_NAMESPACE=" };
+  if (strncmp(e, "LAYERD_", 7) == 0) return 1;
+  for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) if (strncmp(e, extra[i], strlen(extra[i])) == 0) return 1;
+  return 0;
+}
+
 /* The request of run-protocol.ts, its u32 LE length first. NULL on failure. */
 static char *build_request(int argc, char **argv, size_t *out_len) {
   char cwd[PATH_MAX], count[16];
@@ -142,7 +154,7 @@ static char *build_request(int argc, char **argv, size_t *out_len) {
   if (add_field(&buf, &len, &cap, RUN_PROTOCOL_MAGIC) < 0 || add_field(&buf, &len, &cap, cwd) < 0 || add_field(&buf, &len, &cap, count) < 0) goto fail;
   for (int i = 1; i < argc; i++) if (add_field(&buf, &len, &cap, argv[i]) < 0) goto fail;
   for (char **e = environ; *e != NULL; e++) {
-    if (strncmp(*e, "LAYERD_", 7) == 0 && add_field(&buf, &len, &cap, *e) < 0) goto fail;
+    if (sent_env(*e) && add_field(&buf, &len, &cap, *e) < 0) goto fail;
   }
   uint32_t body = (uint32_t)(len - 4);
   for (int i = 0; i < 4; i++) buf[i] = (char)((body >> (8 * i)) & 0xff);
@@ -166,7 +178,8 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN); /* a closed socket or stdout is an error return, not death */
   const char *command = command_name(argc, argv);
   char home_buf[PATH_MAX];
-  const char *home = command != NULL && strcmp(command, "run") == 0 ? home_of(argc, argv, home_buf, sizeof home_buf) : NULL;
+  int socket_command = command != NULL && (strcmp(command, "run") == 0 || strcmp(command, "containerd") == 0);
+  const char *home = socket_command ? home_of(argc, argv, home_buf, sizeof home_buf) : NULL;
   if (home == NULL || home[0] != '/') return exec_node_cli(argc, argv);
   int fd = connect_run_socket(home);
   if (fd < 0) return exec_node_cli(argc, argv);
@@ -195,6 +208,6 @@ int main(int argc, char **argv) {
     else if (head[0] == FRAME_STDERR) (void)write_all(STDERR_FILENO, payload, size);
     free(payload);
   }
-  fprintf(stderr, "layerctl run: layerd closed %s/%s before the command ended; see %s/layerd.log\n", home, RUN_SOCKET_NAME, home);
+  fprintf(stderr, "layerctl %s: layerd closed %s/%s before the command ended; see %s/layerd.log\n", command, home, RUN_SOCKET_NAME, home);
   return EXIT_RUN_FAILED;
 }

@@ -17,6 +17,8 @@ export interface CommandArgs {
 
 export interface CommandContext {
   settings: Settings
+  /** The caller's environment: this process's, or what the run socket's client sent (run-socket-commands.ts). */
+  env: NodeJS.ProcessEnv
   /** `--json`: print machine-readable output on stdout. */
   json: boolean
   /** `--debug`: print stacks and extra detail. */

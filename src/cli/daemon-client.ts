@@ -8,9 +8,9 @@ import { connectDaemon } from '../daemon/daemon-launcher.js'
 import type { CommandContext } from './command.js'
 import { daemonArgs, takeEarly } from './early-connect.js'
 
-/** The daemon for this home; connected (and started) once per command, or taken from connectEarly. */
+/** The daemon for this home; connected (and started, unless layerd itself runs the command) once per command, or taken from connectEarly. */
 export async function daemonFor (ctx: CommandContext): Promise<ControlClient> {
-  const client = await (takeEarly(ctx.settings.home) ?? connectDaemon({ home: ctx.settings.home, args: daemonArgs(ctx.settings) }))
+  const client = await (takeEarly(ctx.settings.home) ?? connectDaemon({ home: ctx.settings.home, args: daemonArgs(ctx.settings), autoStart: !ctx.inDaemon }))
   ctx.defer(() => client.close())
   return client
 }

@@ -9,7 +9,7 @@ import { LayerdError, UsageError, describeError } from '../errors.js'
 import { openStore } from '../store/open-store.js'
 import type { ObjectStore } from '../store/object-store.js'
 import { openNodeDb, type NodeDb } from '../state/node-db.js'
-import type { Command, CommandContext, CommandStdio, OptionSpec } from './command.js'
+import type { Command, CommandArgs, CommandContext, CommandStdio, OptionSpec } from './command.js'
 import { commands } from './commands/index.js'
 import { resolveSettings, type Settings } from '../state/settings.js'
 
@@ -56,16 +56,16 @@ function onSignals (fn: () => Promise<void>): () => void {
 /**
  * The command `argv` names and its settings, as main() would resolve them,
  * or undefined when main() would refuse the arguments. Sync; never throws.
- * The run socket uses it to serve only `run` requests for its own home.
+ * The run socket uses it to serve only what it may (run-socket-commands.ts) for its own home.
  */
-export function commandSettings (argv: string[], env: NodeJS.ProcessEnv): { command: string, settings: Settings, homeGiven?: string } | undefined {
+export function commandSettings (argv: string[], env: NodeJS.ProcessEnv): { command: string, args: CommandArgs, settings: Settings, homeGiven?: string } | undefined {
   const index = argv.findIndex(a => !a.startsWith('-'))
   const command = commands.find(c => c.name === argv[index])
   if (command === undefined) return undefined
   try {
-    const { values } = parseCommandArgs(command, [...argv.slice(0, index), ...argv.slice(index + 1)])
-    const homeGiven = (values.home as string | undefined) ?? env.LAYERD_HOME
-    return { command: command.name, settings: resolveSettings(values as Record<string, string>, env), ...(homeGiven === undefined ? {} : { homeGiven }) }
+    const args = parseCommandArgs(command, [...argv.slice(0, index), ...argv.slice(index + 1)])
+    const homeGiven = (args.values.home as string | undefined) ?? env.LAYERD_HOME
+    return { command: command.name, args, settings: resolveSettings(args.values as Record<string, string>, env), ...(homeGiven === undefined ? {} : { homeGiven }) }
   } catch { return undefined }
 }
 
@@ -93,6 +93,7 @@ export async function main (argv: string[], io: MainIo = defaultIo): Promise<num
     let db: NodeDb | undefined
     const ctx: CommandContext = {
       settings,
+      env: io.env,
       json: values.json === true,
       debug,
       out: io.stdout,

@@ -4,10 +4,11 @@
  * run it with the Node CLI's own main() (or answer fallback), stream its
  * output and send the exit frame (run-protocol.ts).
  *
- * Served: `run` for this node's home, asked with an absolute home. Anything
- * else gets the fallback frame and the client execs the Node CLI, which
- * answers it as before (another home, a relative --home, another command,
- * a request that does not parse). A client that hangs up ends its run: its
+ * Served: `run`, and `containerd pull` of a layerd image
+ * (run-socket-commands.ts), for this node's home, asked with an absolute
+ * home. Anything else gets the fallback frame and the client execs the Node
+ * CLI, which answers it as before (another home, a relative --home, another
+ * command, a request that does not parse). A client that hangs up ends its run: its
  * sandbox is destroyed. Nothing a client sends throws here: main() never
  * throws, and a bad request gets the fallback frame.
  *
@@ -17,6 +18,7 @@ import { isAbsolute } from 'node:path'
 import type { Socket } from 'node:net'
 import { Writable } from 'node:stream'
 import { commandSettings, main } from './main.js'
+import { RUN_SOCKET_ENV, servedByRunSocket } from './run-socket-commands.js'
 import { decodeRunRequest, encodeFrame, exitFrame, FRAME, MAX_RUN_REQUEST_BYTES, type RunRequest } from './run-protocol.js'
 
 /** A client that has not sent its whole request within this is answered fallback. */
@@ -53,10 +55,10 @@ export class RunConnection {
     const request = await this.#readRequest()
     if (request === undefined) return
     if (typeof request === 'string') { log(`run socket: ${request}; answered fallback`); this.#fallback(); return }
-    const env = Object.fromEntries(Object.entries(request.env).filter(([k]) => k.startsWith(ENV_PREFIX)))
+    const env = Object.fromEntries(Object.entries(request.env).filter(([k]) => k.startsWith(ENV_PREFIX) || (RUN_SOCKET_ENV as readonly string[]).includes(k)))
     const target = commandSettings(request.argv, env)
-    // Served only when the Node CLI, run by this caller, would reach this very daemon for a run.
-    if (target === undefined || target.command !== 'run' || target.settings.home !== home ||
+    // Served only when the Node CLI, run by this caller, would reach this very daemon for what this socket serves.
+    if (target === undefined || !servedByRunSocket(target.command, target.args, env) || target.settings.home !== home ||
       (target.homeGiven !== undefined && !isAbsolute(target.homeGiven))) { this.#fallback(); return }
     const stdout = this.#stream(FRAME.STDOUT)
     const stderr = this.#stream(FRAME.STDERR)

@@ -7,7 +7,8 @@
  *   u32 LE length, then that many bytes: NUL-terminated strings
  *   RUN_PROTOCOL_MAGIC, the client's cwd, argc in decimal, argc arguments
  *   (layerctl's argv without the program), then any number of `NAME=VALUE`
- *   environment entries (the client sends its LAYERD_* variables).
+ *   environment entries (the client sends its LAYERD_* variables and
+ *   run-socket-commands.ts's RUN_SOCKET_ENV).
  * Answer (layerd → client): frames of one type byte, a u32 LE length and
  * the payload:
  *   'o' stdout bytes, 'e' stderr bytes,

@@ -33,6 +33,7 @@ import { BadRequestError } from '../errors.js'
 import type { Digest } from '../format/digest.js'
 import type { OciImageConfig } from '../format/manifest.js'
 import type { ImageMountStats } from '../fs/image-mount.js'
+import type { KernelFuseCounters } from '../fs/kernel-fuse.js'
 
 export const SOCKET_NAME = 'layerd.sock'
 export const PID_FILE_NAME = 'layerd.pid'
@@ -263,6 +264,8 @@ export interface MountStats extends ImageMountStats {
   fetches: number
   prefetchedChunks: number
   storeErrors: number
+  /** The FUSE requests the kernel sent this mount, by kind (the kernel backend's server counts them; absent on fuse-native). */
+  fuseOps?: KernelFuseCounters
 }
 
 /** The result of `blockView`: an image's block view, mounted. */

@@ -46,7 +46,7 @@ export interface BaseMount {
   reader: MountChunkReader
 }
 
-interface BaseEntry { users: number, ready: Promise<BaseMount>, layers: Digest[], pins: string[] }
+interface BaseEntry { users: number, ready: Promise<BaseMount>, layers: Digest[], pins: string[], mounted?: BaseMount }
 
 export class ImageStacks {
   readonly #bases = new Map<string, BaseEntry>()
@@ -73,8 +73,10 @@ export class ImageStacks {
       this.cache.pin(pins)
       const shared = this.tocs.acquire(layers, tocs)
       const ready = this.#mountBase(key, layers, shared, fetcher, storeName, loc)
-      entry = { users: 0, ready, layers, pins }
+      const created: BaseEntry = { users: 0, ready, layers, pins }
+      entry = created
       this.#bases.set(key, entry)
+      ready.then(base => { created.mounted = base }, () => {})
       ready.catch(() => {
         this.#bases.delete(key)
         this.cache.unpin(pins)
@@ -88,6 +90,14 @@ export class ImageStacks {
       entry.users--
       throw err
     }
+  }
+
+  /** The base mounted at `mountpoint` (a resolved path) and how many stacks use it; undefined when none is (or not yet). Sync. */
+  mountedBase (mountpoint: string): { base: BaseMount, layers: number, users: number } | undefined {
+    for (const e of this.#bases.values()) {
+      if (e.mounted?.mountpoint === mountpoint) return { base: e.mounted, layers: e.layers.length, users: e.users }
+    }
+    return undefined
   }
 
   /** Drop one use of base `key`; the last one unmounts it. Async; never throws (failures are logged). */

@@ -29,7 +29,8 @@ import { expectedRejectionCount, expectRejections, unhandledRejectionCount } fro
 import {
   BadRequestError, socketPath, type ControlHandlers, type ControlMethod, type ControlParams, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
 } from './control-protocol.js'
-import { MountManager, allChunks, type MountOptions } from './mount-manager.js'
+import { MountManager, type MountOptions } from './mount-manager.js'
+import { allChunks } from './image-chunks.js'
 import type { BlockViews } from './block-views.js'
 import { readDaemonMemory } from './memory-report.js'
 import { MemorySettler } from './memory-settler.js'

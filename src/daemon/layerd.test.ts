@@ -75,6 +75,10 @@ async function fullWalk (t: Test, node: LayerdNode): Promise<void> {
   t.equal(s.corruptChunks, 0)
   t.ok(s.fetchedBytes >= s.storedBytes * 0.9, 'a full walk reads (almost) every chunk once')
   t.ok(s.fetchedBytes <= s.storedBytes * 1.1, `… and no more (${s.fetchedBytes} of ${s.storedBytes})`)
+  // A walk lists directories with READDIRPLUS, which fills the kernel's entry cache: it needs no LOOKUPs.
+  const ops = (s as unknown as { fuseOps?: Record<'requests' | 'lookups' | 'readdirs' | 'opens' | 'reads', number> }).fuseOps
+  t.ok(ops !== undefined && ops.readdirs > 0 && ops.opens > 0 && ops.reads > 0, `the FUSE requests are counted by kind: ${JSON.stringify(ops)}`)
+  t.ok(ops !== undefined && ops.requests >= ops.lookups + ops.readdirs + ops.opens + ops.reads, '… each one also in the total')
 }
 
 t.test('python3 imports json, sqlite3 and ssl from a cold cache, fetching under 15% of the image', async t => {

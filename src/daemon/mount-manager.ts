@@ -23,11 +23,10 @@
 import { realpath } from 'node:fs/promises'
 import { basename, join, resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'
-import { digestHex, isDigest, sha256Digest, type Digest } from '../format/digest.js'
+import { digestHex, isDigest, type Digest } from '../format/digest.js'
 import { layerKey, manifestKey } from '../format/keys.js'
 import { parseRef } from '../format/ref.js'
-import { resolveChunk, type ChunkRef } from '../format/toc.js'
-import { MANIFEST_MEDIA_TYPE } from '../format/manifest.js'
+import type { ChunkRef } from '../format/toc.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
 import { canonicalPath, fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
@@ -44,24 +43,21 @@ import { AccessTraces, prefetchOrder } from './access-traces.js'
 import { SharedTocs } from './shared-tocs.js'
 import { ImageStacks, mountStackOverlay, overlaySafePath, unmountStackOverlay } from './image-stacks.js'
 import { splitTopLayer } from '../format/layer-split.js'
-import type { MergedTree } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
 import { mountsUnder } from '../host/mount-table.js'
 import type { StoreLocation, StorePool } from './store-pool.js'
 import type { HeldConnections } from '../holder/connection-keeper.js'
 import { SharedImageRecords } from './shared-image-records.js'
 import { PreparedTakeovers } from './prepared-takeovers.js'
-import type { PreparedTree } from '../fs/image-mount.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
-
-/** A stacked layer chain's top layer is fetched whole at mount up to this many stored (compressed) bytes (#prefetchSmallTop). */
-const TOP_LAYER_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
+import { allChunks } from './image-chunks.js'
+import { LayerChains, chainLowerDirs, type ChainMount, type ChainRequest, type StackTop } from './layer-chains.js'
 
 /** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_TOP_PREFETCH, LAYERD_FUSE_BACKEND). */
 export interface MountOptions {
   /** Images for sandboxes, and containerd layer chains, as stacks where they can be. Default true. */
   stacks?: boolean
-  /** A stacked layer chain's small top layer fetched whole at mount (#prefetchSmallTop). Default true. */
+  /** A stacked layer chain's small top layer fetched whole at mount (layer-chains.ts). Default true. */
   topLayerPrefetch?: boolean
   /** Who serves the FUSE mounts; default: the kernel backend when it can. */
   fuseBackend?: FuseBackend
@@ -69,18 +65,13 @@ export interface MountOptions {
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
 
-interface Mounted {
-  info: MountInfo
+interface Mounted extends ChainMount {
   mount: ImageMount
-  reader: MountChunkReader
-  image: LoadedImage
   layers: Digest[]
   pins: string[]
   loc: StoreLocation
   /** A shared image served as a stack: info.mountpoint is the overlay, `mount` its top layer. */
   stack?: { topPath: string, baseKey: string }
-  /** A layer chain served stacked (mountLayerChain): `mount` is its top layer alone, over this shared base; no overlay of ours. */
-  chainBase?: { key: string, mountpoint: string }
 }
 
 export class MountManager {
@@ -96,6 +87,7 @@ export class MountManager {
   readonly #stacks: ImageStacks
   readonly #keeper: HeldConnections | undefined
   readonly #sharedRecords: SharedImageRecords
+  readonly #chains: LayerChains
 
   readonly #options: MountOptions
   /** Trees and tables built ahead for the kept connections (a planned restart); none otherwise. */
@@ -122,6 +114,15 @@ export class MountManager {
     this.#cache = cache
     this.#stores = stores
     this.#log = log
+    this.#chains = new LayerChains({
+      stores,
+      stacks: this.#stacks,
+      prepared: () => this.#prepared,
+      layerTocs: async (loc, layers) => await loadLayerTocs(this.#stores.get(loc).store, layers, { cache: this.#cache, pin: false, decodedToc: l => this.#decodedToc(l) }),
+      refuseMounted: (name, mountpoint) => this.#refuseMounted(name, mountpoint),
+      mountLayers: async (...args) => await this.#mountLayers(...args),
+      log
+    }, { sharedDir, ...(options.stacks === undefined ? {} : { stacks: options.stacks }), ...(options.topLayerPrefetch === undefined ? {} : { topLayerPrefetch: options.topLayerPrefetch }) })
   }
 
   /** Mount an image. Async. Throws NotFoundError for an unknown image, UsageError when the directory is already a layerd mount. */
@@ -192,7 +193,7 @@ export class MountManager {
    * of `tocs`. Async.
    */
   async #mountLayers (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], tocs: LayerToc[],
-    top: { tree: MergedTree, base: Digest[], prepared?: PreparedTree } | undefined, started: number): Promise<Mounted> {
+    top: StackTop | undefined, started: number): Promise<Mounted> {
     const { store, fetcher } = this.#stores.get(loc)
     const image: LoadedImage = { ...loaded, tocs: this.#tocs.acquire(layers, tocs) }
     const pins = [manifestKey(digestHex(image.digest)), ...layers.map(l => layerKey(digestHex(l)))]
@@ -234,92 +235,25 @@ export class MountManager {
   }
 
   /**
-   * The layer chain `layers` (bottom first) served read-only at
-   * `req.mountpoint`, with no image manifest: what the containerd
-   * snapshotter serves a remote snapshot from. Stacked where it can be
-   * (image-stacks.ts, layer-split.ts): the mountpoint holds the top layer
-   * alone, and the lower layers are the shared base every chain and stack on
-   * them uses, so their page cache is read once per node; the caller puts
-   * both, as `lowerDirs`, into its own overlay (no overlay of ours in
-   * between). Otherwise one merged mount of the whole chain, `lowerDirs`
-   * just the mountpoint. Not recorded for restore (the snapshotter mounts
-   * its chains again itself; a kept connection is taken over); listed,
-   * counted in stats and unmounted like any mount (the base is released with
-   * it). Async; errors as mount().
+   * The layer chain `req.layers` (bottom first) served read-only at
+   * `req.mountpoint`, with no image manifest, and the directories it shows
+   * for an overlay's lowerdir (layer-chains.ts). Not recorded for restore
+   * (the snapshotter mounts its chains again itself; a kept connection is
+   * taken over); listed, counted in stats and unmounted like any mount (the
+   * base is released with it). Async; errors as mount().
    */
-  async mountLayerChain (req: StoreLocation & { mountpoint: string, name: string, layers: Digest[] }): Promise<MountInfo & { lowerDirs: string[] }> {
-    const started = performance.now()
-    const mountpoint = resolve(req.mountpoint)
-    this.#refuseMounted(req.name, mountpoint)
-    const loc = locationOf({ ...req, image: req.name })
-    const { store } = this.#stores.get(loc)
-    const tocs = await loadLayerTocs(store, req.layers, { cache: this.#cache, pin: false, decodedToc: layer => this.#decodedToc(layer) })
-    const chainDigest = sha256Digest(Buffer.from(req.layers.join('\n')))
-    const loaded: LoadedImage = {
-      digest: chainDigest,
-      manifest: { mediaType: MANIFEST_MEDIA_TYPE, layers: tocs.map((t, i) => ({ digest: req.layers[i]!, diffId: t.diffId as Digest, size: 0, storedBytes: 0, entries: t.entries.length })), config: {} },
-      tocs,
-      fetchedBytes: 0
-    }
-    const stacked = await this.#mountChainStacked(loc, mountpoint, req.name, loaded, req.layers, started)
-    if (stacked !== undefined) {
-      this.#prefetchSmallTop(stacked)
-      return { ...stacked.info, lowerDirs: this.layerChainLowerDirs(mountpoint)! }
-    }
-    const m = await this.#mountLayers(loc, mountpoint, req.name, loaded, req.layers, tocs, undefined, started)
-    return { ...m.info, lowerDirs: [m.info.mountpoint] }
+  async mountLayerChain (req: ChainRequest): Promise<MountInfo & { lowerDirs: string[] }> {
+    return await this.#chains.mount(req)
   }
 
   /**
    * The read-only directories a mountLayerChain() mount at `mountpoint`
-   * shows, nearest first, for an overlay's lowerdir: its top layer and its
-   * shared base, or the one merged mount; undefined when nothing is mounted
-   * there. Sync.
+   * shows, nearest first, for an overlay's lowerdir; undefined when nothing
+   * is mounted there. Sync.
    */
   layerChainLowerDirs (mountpoint: string): string[] | undefined {
     const m = this.#mounts.get(resolve(mountpoint))
-    if (m === undefined) return undefined
-    return m.chainBase === undefined ? [m.info.mountpoint] : [m.info.mountpoint, m.chainBase.mountpoint]
-  }
-
-  /**
-   * A stacked chain's top layer, fetched whole behind demand reads when its
-   * chunks are at most TOP_LAYER_PREFETCH_MAX_BYTES stored: a per-task layer
-   * (a project tree) is small, and its task reads much of it in an order the
-   * blob does not follow, so one GET per file missed would cost a round trip
-   * each (the deploy corpus' webpack: hundreds of modules). Prefetch yields to
-   * demand reads and merges adjacent chunks into one GET (chunk-fetcher.ts).
-   * The shared base is never fetched whole. Sync; starts it and returns.
-   */
-  #prefetchSmallTop (m: Mounted): void {
-    const refs = allChunks(m.image)
-    const bytes = refs.reduce((n, r) => n + r.compressedLength, 0)
-    if (this.#options.topLayerPrefetch === false || refs.length === 0 || bytes > TOP_LAYER_PREFETCH_MAX_BYTES) return
-    m.reader.prefetch(refs)
-  }
-
-  /** mountLayerChain's stacked form: the top layer split off the shared base of the others; undefined (nothing mounted) when it cannot be. Async. */
-  async #mountChainStacked (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], started: number): Promise<Mounted | undefined> {
-    if (layers.length < 2 || this.#options.stacks === false || !overlaySafePath(this.#sharedDir)) return undefined
-    const { store, fetcher } = this.#stores.get(loc)
-    const lower = layers.slice(0, -1)
-    const base = await this.#stacks.acquireBase(lower, loaded.tocs.slice(0, -1), fetcher, store.url, loc)
-    const preparedTop = this.#prepared.take(mountpoint, layers.slice(-1), lower)
-    const split = preparedTop ?? splitTopLayer(base.tree, loaded.tocs.at(-1)!)
-    if ('reason' in split) {
-      this.#log(`${name}: one merged mount of its ${layers.length} layers, not stacked: ${split.reason}`)
-      await this.#stacks.releaseBase(base.key)
-      return undefined
-    }
-    try {
-      const m = await this.#mountLayers(loc, mountpoint, name, loaded, layers.slice(-1), loaded.tocs.slice(-1),
-        { tree: split.tree, base: lower, ...(preparedTop === undefined ? {} : { prepared: preparedTop }) }, started)
-      m.chainBase = { key: base.key, mountpoint: base.mountpoint }
-      return m
-    } catch (err) {
-      await this.#stacks.releaseBase(base.key)
-      throw err
-    }
+    return m === undefined ? undefined : chainLowerDirs(m)
   }
 
   /**
@@ -427,16 +361,26 @@ export class MountManager {
     return [...this.#mounts.values()].map(m => m.info)
   }
 
+  /**
+   * A mount's counters: a mount of this manager's, or a shared base under
+   * the shared directory (image-stacks.ts; not listed by list(), as it is
+   * no image of its own). Sync. Throws NotFoundError for anything else.
+   */
   stats (mountpoint: string): MountStats {
-    const m = this.#get(mountpoint)
+    const shared = this.#mounts.has(resolve(mountpoint)) ? undefined : this.#stacks.mountedBase(resolve(mountpoint))
+    const m = shared === undefined
+      ? this.#get(mountpoint)
+      : { info: { mountpoint: shared.base.mountpoint, image: `shared base of ${shared.layers} layer(s), under ${shared.users} stack(s)` }, reader: shared.base.reader, mount: shared.base.mount }
     const s = m.reader.stats
+    const fuseOps = m.mount.serverCounters()
     return {
       mountpoint: m.info.mountpoint,
       image: m.info.image,
       ...m.mount.stats(),
       fetches: s.fetches,
       prefetchedChunks: s.prefetchedChunks,
-      storeErrors: s.storeErrors
+      storeErrors: s.storeErrors,
+      ...(fuseOps === undefined ? {} : { fuseOps })
     }
   }
 
@@ -554,19 +498,4 @@ export class MountManager {
 /** The store part of a request. */
 function locationOf (req: MountRequest): StoreLocation {
   return { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
-}
-
-/** Every distinct chunk an image references, in blob order (so prefetch GETs merge). */
-export function allChunks (image: LoadedImage): ChunkRef[] {
-  const seen = new Set<string>()
-  const refs: ChunkRef[] = []
-  for (const toc of image.tocs) {
-    for (let i = 0; i < toc.chunks.length; i++) {
-      const ref = resolveChunk(toc, i)
-      if (seen.has(ref.digest)) continue
-      seen.add(ref.digest)
-      refs.push(ref)
-    }
-  }
-  return refs.sort((a, b) => (a.blob === b.blob ? a.offset - b.offset : a.blob < b.blob ? -1 : 1))
 }

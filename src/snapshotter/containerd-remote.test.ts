@@ -4,7 +4,8 @@
  * unpacked), `ctr run` on it reading a few percent of the image, two
  * task images on one base sharing that base's one FUSE mount (as overlay2
  * shares a base layer), containers that keep running across a containerd
- * restart, and GC after `ctr image rm` leaving no mount or directory behind.
+ * restart, GC after `ctr image rm` leaving no mount or directory behind, and
+ * the pull through layerctl's C front served by layerd (no Node process).
  */
 import t from 'tap'
 import { existsSync } from 'node:fs'
@@ -12,7 +13,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { ContainerdInstance } from '../../fixtures/containerd.js'
-import { layerdNode, mountsUnder } from '../../fixtures/layerd-harness.js'
+import { LAYERCTL_FRONT, layerdNode, mountsUnder, run as runProcess } from '../../fixtures/layerd-harness.js'
 import { dir, file } from '../../fixtures/layer-dsl.js'
 import { PROJECT_DIR, writeTaskLayout } from '../../bench/deploy/task-image.js'
 import { mountsUnder as hostMountsUnder } from '../host/mount-table.js'
@@ -108,6 +109,10 @@ t.test('two task images on one base: each container stands on its own top layer 
   const mounted = await hostMountsUnder(node.home)
   for (const d of [...a, ...b]) t.ok(mounted.includes(d), `${d} is a mount`)
   t.ok(a[1]!.startsWith(join(node.home, 'images', 'base-')), `the base is the node's shared base mount: ${a[1]}`)
+  const base = await node.layerctl('stats', a[1]!, '--json')
+  t.equal(base.code, 0, `layerctl stats answers for the shared base: ${base.stderr}`)
+  const counted = JSON.parse(base.stdout) as { fuseOps?: { reads: number } }
+  t.ok((counted.fuseOps?.reads ?? 0) > 0, `python was read through the base: ${base.stdout.slice(0, 300)}`)
   for (const name of TASKS) t.equal((await containerd.ctr('images', 'rm', '--sync', `deb/task-${name}:v1`)).code, 0)
 })
 
@@ -122,6 +127,22 @@ t.test('a top layer with a whiteout (python-v2 removes /etc/issue.net) is one me
   const py = await run('deb/python:v2', 'v2-2', 'python3', '-c', 'import os; print(os.path.exists("/etc/issue.net"), os.path.exists("/etc/issue"))')
   t.equal(py.stdout.trim(), 'False True', py.stderr)
   t.equal((await containerd.ctr('images', 'rm', '--sync', 'deb/python:v2')).code, 0)
+})
+
+t.test('layerctl containerd pull through the C front is served by layerd\'s runner: no Node CLI runs, and the image starts', async t => {
+  // No node to exec: a pull the front handed to the Node CLI would fail with "cannot run the Node CLI".
+  const env = { ...node.env, PATH: '/nonexistent', LAYERCTL_NODE: '/nonexistent/node', CONTAINERD_ADDRESS: containerd.address }
+  const pull = await runProcess(LAYERCTL_FRONT, ['containerd', 'pull', 'deb/task-a:v1', '--json'], env)
+  t.equal(pull.code, 0, pull.stderr)
+  const r = JSON.parse(pull.stdout) as { name: string, layers: number, remote: number }
+  t.equal(r.name, 'deb/task-a:v1', 'the address came from the caller\'s CONTAINERD_ADDRESS')
+  t.equal(r.remote + (r as unknown as { alreadyThere: number }).alreadyThere, r.layers, 'every layer a remote snapshot')
+  const py = await run('deb/task-a:v1', 'front-1', 'python3', '-c', `print(open('/${PROJECT_DIR}/task.txt').read().strip())`)
+  t.equal(py.stdout.trim(), 'task a', py.stderr)
+  const registry = await runProcess(LAYERCTL_FRONT, ['containerd', 'pull', 'docker://127.0.0.1:9/a/b:1'], env)
+  t.equal(registry.code, 125, 'a docker:// pull is the Node CLI\'s (it needs the caller\'s credentials)')
+  t.match(registry.stderr, /cannot run the Node CLI/)
+  t.equal((await containerd.ctr('images', 'rm', '--sync', 'deb/task-a:v1')).code, 0)
 })
 
 t.test('layerctl containerd pull of an image layerd does not have fails, naming it', async t => {

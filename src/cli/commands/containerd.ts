@@ -49,8 +49,8 @@ export const containerdCommand: Command = {
     if (!isDigest(image) && !image.startsWith('docker://')) parseRef(image)
     const tls = values['tls-verify'] as string | undefined
     if (tls !== undefined && tls !== 'true' && tls !== 'false') throw new UsageError(`--tls-verify takes true or false, got ${JSON.stringify(tls)}`)
-    const address = absolute((values.address as string | undefined) ?? process.env.CONTAINERD_ADDRESS ?? DEFAULT_CONTAINERD_ADDRESS)
-    const namespace = (values.namespace as string | undefined) ?? process.env.CONTAINERD_NAMESPACE ?? 'default'
+    const address = absolute((values.address as string | undefined) ?? ctx.env.CONTAINERD_ADDRESS ?? DEFAULT_CONTAINERD_ADDRESS)
+    const namespace = (values.namespace as string | undefined) ?? ctx.env.CONTAINERD_NAMESPACE ?? 'default'
     const name = values.name as string | undefined
     let r: ContainerdPullResult
     if (image.startsWith('docker://')) {
@@ -58,7 +58,7 @@ export const containerdCommand: Command = {
       // Loaded here: gRPC and the protos cost every other layerctl command ~0.1 s otherwise.
       const { containerdPull } = await import('../../snapshotter/containerd-pull.js')
       r = await containerdPull({
-        image, store: ctx.store(), address, namespace, ...(name === undefined ? {} : { name }), registry: { tlsVerify: tls !== 'false', env: process.env }
+        image, store: ctx.store(), address, namespace, ...(name === undefined ? {} : { name }), registry: { tlsVerify: tls !== 'false', env: ctx.env }
       })
     } else {
       // A layerd image: the daemon pulls it (its store is open and warm, containerd's protos are loaded).
