@@ -77,7 +77,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 8, &v);
+  napi_create_uint32(env, 9, &v);
   return v;
 }
 
@@ -241,19 +241,62 @@ static napi_value js_umount2(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-// mountLoop(file, target, fstype, flags: number, data: string): void — what `mount -o loop` does: a free
-// loop device backed by `file`, set to clear itself when its last user goes (LO_FLAGS_AUTOCLEAR), and
-// mount(2) of it. The device stays open until the mount holds it, so it cannot clear itself before.
+// Writes each [offset, bytes] pair of the array `runs` to fd; errno or 0. False (with a pending exception) when
+// `runs` is not an array of such pairs.
+static int write_runs(napi_env env, napi_value runs, int fd, int *err) {
+  uint32_t n = 0;
+  if (napi_get_array_length(env, runs, &n) != napi_ok) { throw_type(env, "runs must be an array of [offset, bytes]"); return 0; }
+  for (uint32_t i = 0; i < n && *err == 0; i++) {
+    napi_value run, offset_v, bytes_v;
+    double offset = -1;
+    void *bytes = NULL;
+    size_t length = 0;
+    bool is_buffer = false;
+    if (napi_get_element(env, runs, i, &run) != napi_ok || napi_get_element(env, run, 0, &offset_v) != napi_ok ||
+        napi_get_element(env, run, 1, &bytes_v) != napi_ok || napi_get_value_double(env, offset_v, &offset) != napi_ok ||
+        offset < 0 || napi_is_buffer(env, bytes_v, &is_buffer) != napi_ok || !is_buffer ||
+        napi_get_buffer_info(env, bytes_v, &bytes, &length) != napi_ok) {
+      throw_type(env, "runs must be an array of [offset, bytes]");
+      return 0;
+    }
+    for (size_t done = 0; done < length;) {
+      ssize_t w = pwrite(fd, (char *)bytes + done, length - done, (off_t)offset + (off_t)done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) { *err = w < 0 ? errno : EIO; break; }
+      done += (size_t)w;
+    }
+  }
+  return 1;
+}
+
+// mountLoop(file, target, fstype, flags: number, data: string, runs?: Array<[offset, Buffer]>): void — what
+// `mount -o loop` does: a free loop device backed by `file`, set to clear itself when its last user goes
+// (LO_FLAGS_AUTOCLEAR), and mount(2) of it. The device stays open until the mount holds it, so it cannot clear
+// itself before. `runs` are written to the device after it is set up and before the mount: the kernel fsyncs
+// the backing file when a loop device is configured (seen on 6.18: loop_configure → vfs_fsync), so bytes
+// written into the file before would reach its disk at once; written through the device they stay in the page
+// cache like any other write to the device, and a file deleted before writeback never reaches its disk.
 static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
-  napi_value argv[5];
+  napi_value argv[6];
   mount_args m;  // m.source is the backing file
   char dev[64];
   if (!get_args(env, info, 5, argv) || !get_mount_args(env, argv, &m)) return NULL;
+  size_t argc = 6;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  napi_valuetype runs_type = napi_undefined;
+  if (argc >= 6) napi_typeof(env, argv[5], &runs_type);
+  bool has_runs = runs_type != napi_undefined;
+  if (has_runs) {
+    bool is_array = false;
+    if (napi_is_array(env, argv[5], &is_array) != napi_ok || !is_array) return throw_type(env, "runs must be an array of [offset, bytes]");
+  }
   int backing = open(m.source, O_RDWR | O_CLOEXEC);
   if (backing < 0) return throw_errno(env, errno, "open", m.source);
   int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
   if (ctl < 0) { int e = errno; close(backing); return throw_errno(env, e, "open", "/dev/loop-control"); }
   int err = EBUSY;
+  const char *failed = "mount";
+  bool bad_runs = false;
   for (int attempt = 0; attempt < 8 && err == EBUSY; attempt++) {
     int n = ioctl(ctl, LOOP_CTL_GET_FREE);
     if (n < 0) { err = errno; break; }
@@ -269,13 +312,17 @@ static napi_value js_mount_loop(napi_env env, napi_callback_info info) {
       close(loop);
       continue;
     }
-    err = mount(dev, m.target, m.fstype, m.flags, m.data) == 0 ? 0 : errno;
+    err = 0;
+    if (has_runs && !write_runs(env, argv[5], loop, &err)) bad_runs = true;
+    if (bad_runs || err != 0) failed = "write";
+    else err = mount(dev, m.target, m.fstype, m.flags, m.data) == 0 ? 0 : errno;
     close(loop);  // the last close without a mount clears the device (autoclear)
     break;
   }
   close(ctl);
   close(backing);
-  if (err != 0) return throw_errno(env, err, "mount", m.target);
+  if (bad_runs) return NULL;  // the TypeError is pending
+  if (err != 0) return throw_errno(env, err, failed, strcmp(failed, "write") == 0 ? dev : m.target);
   return NULL;
 }
 

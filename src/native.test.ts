@@ -4,10 +4,11 @@ import { lstat, symlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import { execFileSync } from 'node:child_process'
 import { closeSync, openSync } from 'node:fs'
-import { flock, lgetxattr, llistxattr, lsetxattr, LOCK_EX, LOCK_NB, LOCK_SH, LOCK_UN, mknod, nativeVersion, readXattrs, XATTR_CREATE } from './native.js'
+import { readFile, truncate, writeFile } from 'node:fs/promises'
+import { flock, lgetxattr, llistxattr, lsetxattr, LOCK_EX, LOCK_NB, LOCK_SH, LOCK_UN, mknod, nativeMounts, nativeVersion, readXattrs, XATTR_CREATE } from './native.js'
 
-t.test('nativeVersion() reports the xattr/mknod/FUSE server/FastCDC/flock/takeover/memory interface', async t => {
-  t.equal(nativeVersion(), 8)
+t.test('nativeVersion() reports the xattr/mknod/FUSE server/FastCDC/flock/takeover/memory/mountLoop-runs interface', async t => {
+  t.equal(nativeVersion(), 9)
 })
 
 t.test('flock() takes an exclusive lock once per open file description, and gives it up on LOCK_UN or close', async t => {
@@ -74,4 +75,30 @@ t.test('mknod() creates device nodes and fifos', async t => {
   mknod(fifo, constants.S_IFIFO | 0o644, 0, 0)
   t.ok((await lstat(fifo)).isFIFO())
   t.throws(() => mknod(fifo, constants.S_IFIFO | 0o644, 0, 0), { code: 'EEXIST', syscall: 'mknod' })
+})
+
+t.test('mountLoop() writes its runs through the loop device before the mount, and leaves no device behind on bad runs', async t => {
+  let target = ''
+  t.teardown(() => { try { nativeMounts().umount2(target, 0) } catch {} }) // before the testdir's removal (first in, first out)
+  const dir = t.testdir({ mnt: {} })
+  target = join(dir, 'mnt')
+  const made = join(dir, 'made.img')
+  await writeFile(made, '')
+  await truncate(made, 16 * 1024 ** 2)
+  execFileSync('mkfs.ext4', ['-q', '-F', '-O', '^has_journal', made])
+  const disk = join(dir, 'disk.img')
+  await writeFile(disk, '')
+  await truncate(disk, 16 * 1024 ** 2) // a hole: only the runs make it a filesystem
+  const backedBy = (): string => execFileSync('losetup', ['-j', disk]).toString().trim()
+
+  t.throws(() => nativeMounts().mountLoop(disk, target, 'ext4', 0, '', [[-1, Buffer.alloc(1)]]), { name: 'TypeError' }, 'a negative offset')
+  t.throws(() => nativeMounts().mountLoop(disk, target, 'ext4', 0, '', [[0, 'text' as unknown as Buffer]]), { name: 'TypeError' }, 'a run that is not bytes')
+  t.equal(backedBy(), '', 'no loop device is left on the file after a refused call')
+  t.throws(() => nativeMounts().mountLoop(disk, target, 'ext4', 0, ''), { code: 'EINVAL', syscall: 'mount' }, 'without runs the hole is no filesystem')
+
+  nativeMounts().mountLoop(disk, target, 'ext4', 0, '', [[0, await readFile(made)]])
+  await writeFile(join(target, 'hello'), 'through the device')
+  nativeMounts().umount2(target, 0)
+  t.equal(execFileSync('debugfs', ['-R', 'cat /hello', disk], { stdio: ['ignore', 'pipe', 'ignore'] }).toString(), 'through the device', 'the file holds the filesystem and what was written to it')
+  t.equal(backedBy(), '', 'the device cleared itself at the unmount')
 })

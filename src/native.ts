@@ -35,7 +35,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   mknod (path: string, mode: number, major: number, minor: number): void
   mount? (source: string, target: string, fstype: string, flags: number, data: string): void
   umount2? (target: string, flags: number): void
-  mountLoop? (file: string, target: string, fstype: string, flags: number, data: string): void
+  mountLoop? (file: string, target: string, fstype: string, flags: number, data: string, runs?: ReadonlyArray<readonly [number, Uint8Array]>): void
   mountAt? (cwd: string, source: string, target: string, fstype: string, flags: number, data: string): void
   fastcdcNext? (data: Uint8Array, from: number, state: Int32Array, params: Int32Array, gear: Int32Array): number
   flock? (fd: number, operation: number): boolean
@@ -226,17 +226,22 @@ export interface NativeMounts {
   mount: (source: string, target: string, fstype: string, flags: number, data: string) => void
   /** umount2(2). Throws errno errors (EINVAL: not a mount point). */
   umount2: (target: string, flags: number) => void
-  /** `mount -o loop`: `file` on a self-clearing loop device, mounted at `target`. Throws errno errors. */
-  mountLoop: (file: string, target: string, fstype: string, flags: number, data: string) => void
+  /**
+   * `mount -o loop`: `file` on a self-clearing loop device, mounted at
+   * `target`; `runs` (`[offset, bytes]`) are written to the device first
+   * (through it, not into the file: the kernel fsyncs the file when the
+   * device is set up). Throws errno errors (syscall 'write' for a run).
+   */
+  mountLoop: (file: string, target: string, fstype: string, flags: number, data: string, runs?: ReadonlyArray<readonly [number, Uint8Array]>) => void
   /** mount(2) with `target` and paths in `data` relative to `cwd` (the mount table then shows them relative). Throws errno errors. */
   mountAt: (cwd: string, source: string, target: string, fstype: string, flags: number, data: string) => void
 }
 
-/** The addon's mount calls. Sync; throws UnsupportedError when the addon is missing or older than version 3. */
+/** The addon's mount calls. Sync; throws UnsupportedError when the addon is missing or older than version 9. */
 export function nativeMounts (): NativeMounts {
   const b = load()
-  if (b.mount === undefined || b.umount2 === undefined || b.mountLoop === undefined || b.mountAt === undefined) {
-    throw new UnsupportedError('layerd native addon has no mount calls (built before version 3): run `npm run build`')
+  if (b.mount === undefined || b.umount2 === undefined || b.mountLoop === undefined || b.mountAt === undefined || b.version() < 9) {
+    throw new UnsupportedError('layerd native addon has no mount calls or no mountLoop runs (built before version 9): run `npm run build`')
   }
   return { mount: b.mount.bind(b), umount2: b.umount2.bind(b), mountLoop: b.mountLoop.bind(b), mountAt: b.mountAt.bind(b) }
 }
@@ -289,7 +294,7 @@ export function nativeMemory (): NativeMemory {
   }
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls; 8: lstatEntry). Sync. */
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls; 8: lstatEntry; 9: mountLoop's runs). Sync. */
 export function nativeVersion (): number {
   return load().version()
 }

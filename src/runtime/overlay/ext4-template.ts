@@ -16,6 +16,14 @@
  * and renamed, so a half-written template is never read; one that does not
  * parse is made again.
  *
+ * A sandbox disk is not written from the template through the file: the
+ * kernel fsyncs a loop device's backing file when the device is set up, so
+ * those bytes would reach the node's disk for every sandbox (~640 KB for
+ * 1 GiB). The overlay makes the file a hole ({@link createSparseFile}) and
+ * has the runs written through the loop device ({@link emptyExt4Runs},
+ * `mountLoop`'s `runs`), where they stay in the page cache until writeback,
+ * and a disk deleted before then costs the node's disk nothing.
+ *
  * Every disk written from a template has the same filesystem UUID. ext4
  * does not require UUIDs to be unique across mounts (XFS would), and
  * nothing here looks filesystems up by UUID.
@@ -23,7 +31,7 @@
  * May import: src/errors.ts, src/host/, node built-ins.
  */
 import { randomBytes } from 'node:crypto'
-import { mkdir, open, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { mkdir, open, readFile, rename, rm, writeFile, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
 import { runHost } from '../../host/host-command.js'
 
@@ -40,22 +48,54 @@ function mkfsArgs (inodes: number, file: string): string[] {
   return ['-q', '-F', '-O', '^has_journal', '-E', 'lazy_itable_init=1,nodiscard', '-m', '0', '-b', String(BLOCK_BYTES), '-N', String(inodes), file]
 }
 
+/** An empty ext4's non-zero bytes: `[offset, bytes]` runs in offset order; the rest of the disk is zeros. */
+export type Ext4Runs = ReadonlyArray<readonly [number, Buffer]>
+
 /**
- * Make `file` an empty ext4 of `bytes` with `inodes` inodes, as mkfs.ext4
- * would, from the template in `templateDir` (made there on first use, by
- * mkfs into `file` itself). Async. Throws HostCommandError when mkfs fails,
- * and fs errors for `file`.
+ * The non-zero runs of an empty ext4 of `bytes` with `inodes` inodes, as
+ * mkfs.ext4 makes it, from the template in `templateDir` (made there on
+ * first use, by mkfs into `scratchFile`, which is then left holding that
+ * disk). Async. Throws HostCommandError when mkfs fails, and fs errors for
+ * `scratchFile`. The buffers are shared by every caller: do not write to them.
  */
-export async function writeEmptyExt4 (file: string, bytes: number, inodes: number, templateDir: string): Promise<void> {
+export async function emptyExt4Runs (bytes: number, inodes: number, templateDir: string, scratchFile: string): Promise<Ext4Runs> {
   const key = `ext4-${bytes}-${inodes}`
   let template = loaded.get(key)
   if (template === undefined) {
-    template = loadOrMake(join(templateDir, `${key}.tpl`), file, bytes, inodes)
+    template = loadOrMake(join(templateDir, `${key}.tpl`), scratchFile, bytes, inodes)
     loaded.set(key, template)
     template.catch(() => loaded.delete(key)) // a failure is not remembered: the next sandbox tries again
   }
-  const t = await template
-  await writeRuns(file, t)
+  return (await template).runs
+}
+
+/**
+ * Make `file` an empty ext4 of `bytes` with `inodes` inodes, as mkfs.ext4
+ * would, from the template in `templateDir` ({@link emptyExt4Runs}). Async.
+ * Throws HostCommandError when mkfs fails, and fs errors for `file`.
+ */
+export async function writeEmptyExt4 (file: string, bytes: number, inodes: number, templateDir: string): Promise<void> {
+  const runs = await emptyExt4Runs(bytes, inodes, templateDir, file)
+  const fh = await createSparseFile(file, bytes)
+  try {
+    for (const [offset, data] of runs) await fh.write(data, 0, data.length, offset)
+  } finally { await fh.close() }
+}
+
+/**
+ * `file` made anew (whatever was there is removed first) as a hole of
+ * `bytes`, mode 0600, open for writing. Async; the caller closes it.
+ */
+export async function createSparseFile (file: string, bytes: number): Promise<FileHandle> {
+  await rm(file, { force: true })
+  const fh = await open(file, 'wx', 0o600)
+  try {
+    await fh.truncate(bytes)
+  } catch (err) {
+    await fh.close()
+    throw err
+  }
+  return fh
 }
 
 async function loadOrMake (path: string, file: string, bytes: number, inodes: number): Promise<Ext4Template> {
@@ -89,14 +129,6 @@ async function dataRuns (file: string, bytes: number): Promise<Array<[number, Bu
     }
   } finally { await fh.close() }
   return runs.map(([offset, blocks]) => [offset, Buffer.concat(blocks)])
-}
-
-async function writeRuns (file: string, t: Ext4Template): Promise<void> {
-  const fh = await open(file, 'w', 0o600)
-  try {
-    await fh.truncate(t.bytes)
-    for (const [offset, data] of t.runs) await fh.write(data, 0, data.length, offset)
-  } finally { await fh.close() }
 }
 
 async function saveTemplate (path: string, t: Ext4Template): Promise<void> {

@@ -35,7 +35,7 @@ import { dirname, join, resolve } from 'node:path'
 import { UnsupportedError, UsageError, describeError } from '../../errors.js'
 import { MS_NOATIME, MS_NODEV, MS_NOSUID, nativeMounts } from '../../native.js'
 import { unmountAllUnder } from '../../host/mount-table.js'
-import { writeEmptyExt4 } from './ext4-template.js'
+import { createSparseFile, emptyExt4Runs } from './ext4-template.js'
 
 export type QuotaKind = 'loop-ext4' | 'tmpfs'
 
@@ -94,10 +94,15 @@ async function setUp (stateDir: string, lower: string, quota: QuotaKind, diskByt
   await symlink(lower, p.lowerLink)
   await mkdir(p.diskDir, { recursive: true })
   if (quota === 'loop-ext4') {
-    await writeEmptyExt4(p.diskImage, diskBytes, inodes, join(dirname(stateDir), DISK_TEMPLATE_DIR))
+    const runs = await emptyExt4Runs(diskBytes, inodes, join(dirname(stateDir), DISK_TEMPLATE_DIR), p.diskImage)
+    await (await createSparseFile(p.diskImage, diskBytes)).close()
+    // The empty ext4's bytes go through the loop device, not into the file before: see ./ext4-template.ts.
     // noinit_itable: the inode tables lie in holes of a fresh sparse file, so they read as zeros already;
     // without it the kernel's ext4lazyinit thread zeroes them after every mount (32 MiB for a 1 GiB disk).
-    sys.mountLoop(p.diskImage, p.diskDir, 'ext4', MS_NOSUID | MS_NODEV | MS_NOATIME, 'noinit_itable')
+    // nobarrier: no cache flush of the loop device, which the loop driver turns into an fsync of the disk
+    // file; the disk is scratch, as the overlay's `volatile` says, and its pages reach the node's disk by
+    // writeback only if the sandbox lives that long.
+    sys.mountLoop(p.diskImage, p.diskDir, 'ext4', MS_NOSUID | MS_NODEV | MS_NOATIME, 'noinit_itable,nobarrier', runs)
   } else {
     sys.mount('tmpfs', p.diskDir, 'tmpfs', MS_NOSUID | MS_NODEV, `size=${diskBytes},nr_inodes=${inodes},mode=0755`)
   }
