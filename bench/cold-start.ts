@@ -3,7 +3,7 @@
  * the real Debian python image from a cold node, layerd against "download,
  * decompress and untar the whole image, then run", in one run, interleaved.
  *
- *   node dist/bench/cold-start.js [--reps N] [--work DIR] [--out DIR]
+ *   node dist/bench/cold-start.js [--reps N] [--s3 s3rver,radosgw] [--work DIR] [--out DIR]
  *
  * Set-up (not timed): python-v1's OCI layout is pushed once into a shared
  * fs store in the work dir. Each repetition, in this order:
@@ -32,7 +32,9 @@
  *   stargz-store reading its registry behind a throttle of the same link;
  *   the S3 row once more with credentials from a profile file, so that its
  *   reads go through the AWS SDK, not S3HttpReader (the A/B of issue 15's
- *   SDK-free read path).
+ *   SDK-free read path). `--s3 s3rver,radosgw` runs the S3 rows against
+ *   each engine named (default s3rver; radosgw is Ceph's gateway on a
+ *   one-node cluster, fixtures/radosgw.ts, which checks signatures).
  * The local rows read from local disk (the store, the layout) or loopback
  * after the drop. `--no-peers` leaves the stargz-store rows out (they need
  * ../shared/peers/stargz-store.sh).
@@ -51,7 +53,7 @@ import { benchArgs, type BenchOptions } from './bench-args.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import { ThrottleProxy } from './deploy/throttle-proxy.js'
 import { ensureStargzBinaries, publishEstargz, StargzNode, type EstargzImage, type StargzBinaries } from './peers/stargz-store.js'
-import { S3RVER_CREDENTIALS, startS3rver, type S3rverHandle } from '../fixtures/s3rver.js'
+import { parseS3Engines, startS3Engine, type S3Engine, type S3EngineName } from '../fixtures/s3-engine.js'
 import { TestRegistry } from '../fixtures/docker-registry.js'
 
 const SPEC = {
@@ -60,12 +62,21 @@ const SPEC = {
   bandwidth: { type: 'string', default: '1g', value: 'BITS' },
   'rtt-ms': { type: 'string', default: '1', value: 'MS' },
   'no-peers': { type: 'boolean' },
+  s3: { type: 'string', default: 's3rver', value: 'ENGINES' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('cold-start', SPEC)
 const REPS = ARGS.number('reps', { min: 1 })
 const LINK: LinkSpec = { bitsPerSecond: parseBandwidth(ARGS.string('bandwidth')), rttMs: ARGS.number('rtt-ms', { integer: false }) }
 const PEERS = !ARGS.flag('no-peers')
+const S3_ENGINE_NAMES = ((): S3EngineName[] => {
+  try {
+    return parseS3Engines(ARGS.string('s3'))
+  } catch (err) {
+    process.stderr.write(`cold-start: --s3: ${(err as Error).message}\n`)
+    process.exit(2)
+  }
+})()
 const S3_BUCKET = 'layerd-cold'
 const IMAGE = 'bench/python:v1'
 const WORKLOAD = `/usr/bin/python3 -c 'import json, sqlite3, ssl'`
@@ -86,15 +97,23 @@ interface Sample {
 }
 
 const LOCAL_STARGZ = 'stargz-store (registry on loopback, daemon running)'
-const NET_LAYERD = 'layerd (control API), S3 store through the link'
-const NET_LAYERD_SDK = 'layerd (control API), S3 store through the link, reads through the AWS SDK (profile credentials)'
 const NET_STARGZ = 'stargz-store, registry through the link'
 const LOCAL_TRACED = 'layerd (control API), published trace'
-const NET_TRACED = 'layerd (control API), S3 store through the link, published trace'
+/** The S3 rows' names; s3rver's keep the names of earlier runs. */
+function netNames (engine: S3EngineName): { layerd: string, sdk: string, traced: string } {
+  const store = engine === 's3rver' ? 'S3 store' : `S3 store (${engine})`
+  return {
+    layerd: `layerd (control API), ${store} through the link`,
+    sdk: `layerd (control API), ${store} through the link, reads through the AWS SDK (profile credentials)`,
+    traced: `layerd (control API), ${store} through the link, published trace`
+  }
+}
+/** The engine of the headline S3 rows: the first named. */
+const NET = netNames(S3_ENGINE_NAMES[0]!)
 
 /** Record the workload's access trace on a node of `url` and publish it (`layerctl trace publish`). Not timed. */
-async function publishTrace (home: string, url: string, s3Endpoint: string | undefined): Promise<void> {
-  const node = layerdNode(home, { store: url, env: s3Endpoint === undefined ? {} : { LAYERD_S3_ENDPOINT: s3Endpoint } })
+async function publishTrace (home: string, url: string, env: NodeJS.ProcessEnv): Promise<void> {
+  const node = layerdNode(home, { store: url, env })
   const mnt = join(home, 'mnt')
   await mkdir(mnt, { recursive: true })
   await node.startDaemon()
@@ -172,12 +191,12 @@ async function main (): Promise<void> {
   const imgs = await ensureDebianImages()
   const py = imgs.images['python-v1']
   const work = await mkdtemp(join(ARGS.string('work'), 'layerd-bench-cold-'))
-  const command = `node dist/bench/cold-start.js --reps ${REPS} --bandwidth ${ARGS.string('bandwidth')} --rtt-ms ${LINK.rttMs}${PEERS ? '' : ' --no-peers'}`
+  const command = `node dist/bench/cold-start.js --reps ${REPS} --s3 ${S3_ENGINE_NAMES.join(',')} --bandwidth ${ARGS.string('bandwidth')} --rtt-ms ${LINK.rttMs}${PEERS ? '' : ' --no-peers'}`
   console.error(`${command}\n  work dir ${work}`)
   const load = startLoadSampler()
   const storeUrl = `file://${join(work, 'store')}`
   const proxies: ThrottleProxy[] = []
-  let s3: S3rverHandle | undefined
+  const engines: S3Engine[] = []
   let registry: TestRegistry | undefined
   try {
     const layers = await layoutLayers(py.ociLayout)
@@ -187,22 +206,10 @@ async function main (): Promise<void> {
     const pushed = await pusher.layerctl('push', py.ociLayout, IMAGE)
     if (pushed.code !== 0) throw new Error(`push failed: ${pushed.stderr}`)
 
-    // The network side: s3rver holding the same objects (pushed to it directly, not timed), read through the link.
-    s3 = await startS3rver(join(work, 's3rver'), { bucket: S3_BUCKET })
-    const s3Url = `s3://${S3_BUCKET}/store`
-    const s3Pusher = layerdNode(join(work, 'pusher-s3'), { store: s3Url, env: { LAYERD_S3_ENDPOINT: s3.endpoint } })
-    await mkdir(s3Pusher.home, { recursive: true })
-    const s3Push = await s3Pusher.layerctl('push', py.ociLayout, IMAGE)
-    if (s3Push.code !== 0) throw new Error(`push to S3 failed: ${s3Push.stderr}`)
-    const s3Link = await ThrottleProxy.start({ upstreamHost: '127.0.0.1', upstreamPort: s3.port, link: LINK, name: 's3rver' })
-    proxies.push(s3Link)
-    // Copies of both stores with a published access trace (`layerctl trace publish`, recorded by one run of the workload).
+    // Copies of the fs store with a published access trace (`layerctl trace publish`, recorded by one run of the workload).
     const tracedFsUrl = `file://${join(work, 'store-traced')}`
     await timeShell(`cp -a ${shq(join(work, 'store'))} ${shq(join(work, 'store-traced'))}`)
-    const tracedS3Url = `s3://${S3_BUCKET}/traced`
-    const s3TracedPush = await layerdNode(join(work, 'pusher-s3-traced'), { store: tracedS3Url, env: { LAYERD_S3_ENDPOINT: s3.endpoint } }).layerctl('push', py.ociLayout, IMAGE)
-    if (s3TracedPush.code !== 0) throw new Error(`push to S3 failed: ${s3TracedPush.stderr}`)
-    for (const [url, endpoint] of [[tracedFsUrl, undefined], [tracedS3Url, s3.endpoint]] as const) await publishTrace(join(work, `tracer-${url.slice(0, 2)}`), url, endpoint)
+    await publishTrace(join(work, 'tracer-fs'), tracedFsUrl, {})
 
     /** 'api': mount over an open control connection; 'cli': `layerctl mount`, daemon running; 'cli-start': `layerctl mount` starts the daemon. */
     const layerd = (mode: 'api' | 'cli' | 'cli-start', store: { url: string, s3Endpoint?: string, env?: NodeJS.ProcessEnv }) => async (rep: number): Promise<Sample> => {
@@ -247,23 +254,49 @@ async function main (): Promise<void> {
         await rm(dir, { recursive: true, force: true })
       }
     }
-    const s3Store = { url: s3Url, s3Endpoint: `http://${s3Link.hostPort}` }
-    const tracedS3Store = { url: tracedS3Url, s3Endpoint: `http://${s3Link.hostPort}` }
-    // The same S3 row with credentials from a profile file, not the AWS_* variables: S3ObjectStore then reads
-    // through the AWS SDK, as every read did before S3HttpReader (src/store/s3-http-reader.ts).
-    const profile = join(work, 'aws-credentials')
-    await writeFile(profile, `[default]\naws_access_key_id = ${S3RVER_CREDENTIALS.accessKeyId}\naws_secret_access_key = ${S3RVER_CREDENTIALS.secretAccessKey}\n`)
-    const sdkS3Store = { ...s3Store, env: { AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '', AWS_SHARED_CREDENTIALS_FILE: profile } }
+    /**
+     * The network side on one S3 engine: the same objects pushed to it (not timed), one store with a published
+     * trace, a link in front of it, and its three rows. The SDK row has its credentials from a profile file, not
+     * the AWS_* variables: S3ObjectStore then reads through the AWS SDK, as every read did before S3HttpReader.
+     */
+    const s3Rows = async (engineName: S3EngineName): Promise<Array<{ name: string, run: (rep: number) => Promise<Sample> }>> => {
+      const engine = await startS3Engine(engineName, join(work, engineName), S3_BUCKET)
+      engines.push(engine)
+      const keys = { AWS_ACCESS_KEY_ID: engine.credentials.accessKeyId, AWS_SECRET_ACCESS_KEY: engine.credentials.secretAccessKey }
+      const direct = { ...keys, LAYERD_S3_ENDPOINT: engine.endpoint }
+      const url = `s3://${S3_BUCKET}/store`
+      const tracedUrl = `s3://${S3_BUCKET}/traced`
+      for (const [to, home] of [[url, 'pusher'], [tracedUrl, 'pusher-traced']] as const) {
+        const node = layerdNode(join(work, `${engineName}-${home}`), { store: to, env: direct })
+        await mkdir(node.home, { recursive: true })
+        const pushedTo = await node.layerctl('push', py.ociLayout, IMAGE)
+        if (pushedTo.code !== 0) throw new Error(`push to ${engineName} failed: ${pushedTo.stderr}`)
+      }
+      await publishTrace(join(work, `${engineName}-tracer`), tracedUrl, direct)
+      const link = await ThrottleProxy.start({ upstreamHost: '127.0.0.1', upstreamPort: engine.port, link: LINK, name: engineName })
+      proxies.push(link)
+      const s3Endpoint = `http://${link.hostPort}`
+      const profile = join(work, `${engineName}-aws-credentials`)
+      await writeFile(profile, `[default]\naws_access_key_id = ${engine.credentials.accessKeyId}\naws_secret_access_key = ${engine.credentials.secretAccessKey}\n`)
+      const names = netNames(engineName)
+      return [
+        { name: names.layerd, run: layerd('api', { url, s3Endpoint, env: keys }) },
+        { name: names.sdk, run: layerd('api', { url, s3Endpoint, env: { AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '', AWS_SHARED_CREDENTIALS_FILE: profile } }) },
+        { name: names.traced, run: layerd('api', { url: tracedUrl, s3Endpoint, env: keys }) }
+      ]
+    }
+    const netRows = new Map<S3EngineName, Array<{ name: string, run: (rep: number) => Promise<Sample> }>>()
+    for (const e of S3_ENGINE_NAMES) netRows.set(e, await s3Rows(e))
     const contenders = [
       { name: 'layerd (control API)', run: layerd('api', { url: storeUrl }) },
       { name: 'full extraction (gzip -dc | tar -x)', run: extract('gzip -dc') },
       { name: 'layerd (layerctl mount, daemon running)', run: layerd('cli', { url: storeUrl }) },
       { name: 'layerd (layerctl mount, incl. daemon start)', run: layerd('cli-start', { url: storeUrl }) },
       { name: 'full extraction (pigz -dc | tar -x)', run: extract('pigz -dc') },
-      { name: NET_LAYERD, run: layerd('api', s3Store) },
-      { name: NET_LAYERD_SDK, run: layerd('api', sdkS3Store) },
+      ...(netRows.get(S3_ENGINE_NAMES[0]!) ?? []).slice(0, 2),
       { name: LOCAL_TRACED, run: layerd('api', { url: tracedFsUrl }) },
-      { name: NET_TRACED, run: layerd('api', tracedS3Store) }
+      ...(netRows.get(S3_ENGINE_NAMES[0]!) ?? []).slice(2),
+      ...S3_ENGINE_NAMES.slice(1).flatMap(e => netRows.get(e) ?? [])
     ]
     if (PEERS) {
       const bins = await ensureStargzBinaries()
@@ -289,12 +322,24 @@ async function main (): Promise<void> {
     const up = need('layerd (layerctl mount, daemon running)')
     const start = need('layerd (layerctl mount, incl. daemon start)')
     const pigz = need('full extraction (pigz -dc | tar -x)')
-    const netLayerd = need(NET_LAYERD)
-    const netLayerdSdk = need(NET_LAYERD_SDK)
+    const netLayerd = need(NET.layerd)
+    const netLayerdSdk = need(NET.sdk)
     const localStargz = byName(LOCAL_STARGZ)
     const netStargz = byName(NET_STARGZ)
     const localTraced = need(LOCAL_TRACED)
-    const netTraced = need(NET_TRACED)
+    const netTraced = need(NET.traced)
+    /** Per S3 engine: its rows against stargz-store through the link, and against the first engine's. */
+    const perEngine = Object.fromEntries(S3_ENGINE_NAMES.map(e => {
+      const names = netNames(e)
+      const [l, sdk, tr] = [need(names.layerd), need(names.sdk), need(names.traced)]
+      return [e, {
+        totalSeconds: l.totalSeconds,
+        networkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / l.totalSeconds,
+        tracedNetworkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / tr.totalSeconds,
+        httpReadsSpeedupVsSdkReads: sdk.totalSeconds / l.totalSeconds,
+        timeOverFirstEngine: l.totalSeconds / netLayerd.totalSeconds
+      }]
+    }))
     const stored = (f: typeof figures[0]): string => Number.isNaN(f.storedBytes) ? '' : ` (${fmt(f.fetchedBytes / f.storedBytes * 100, 1)}%)`
     const rows = figures.map(f => [f.name, fmt(f.prepareSeconds) + (Number.isNaN(f.daemonMountSeconds) ? '' : ` (daemon: ${fmt(f.daemonMountSeconds)})`), fmt(f.runSeconds), fmt(f.totalSeconds), fmt(gz.totalSeconds / f.totalSeconds),
       Number.isNaN(f.fetchedBytes) ? `${fmt(compressedImageBytes / MB)} (all layers)` : fmt(f.fetchedBytes / MB) + stored(f), Number.isNaN(f.fetches) ? '' : String(f.fetches)])
@@ -317,13 +362,14 @@ async function main (): Promise<void> {
       networkFetchedOverStored: netLayerd.fetchedBytes / netLayerd.storedBytes,
       stargzStartSeconds: startMedian(localStargz),
       tracedLocalSpeedupVsStargz: localStargz === undefined ? NaN : localStargz.totalSeconds / localTraced.totalSeconds,
-      tracedNetworkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / netTraced.totalSeconds
+      tracedNetworkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / netTraced.totalSeconds,
+      perEngine
     }
     const whiteouts = layers.reduce((n, l) => n + l.whiteouts.length, 0)
     const markdown = [
       `Workload: \`chroot ROOT ${WORKLOAD}\` in python-v1 (${layers.length} gzip layers, ${fmt(compressedImageBytes / MB)} MB compressed; ${whiteouts} whiteout entries). ` +
         `Medians of ${REPS} interleaved repetitions; page cache dropped before each; fresh LAYERD_HOME (cold chunk cache) for each layerd run and a fresh stargz-store root for each stargz run. ` +
-        `Local rows: store and layout on local disk, stargz's registry on loopback. Network rows: ${describeLink(LINK)} (bench/deploy/throttle-proxy.ts), one link in front of s3rver and one in front of the registry.`,
+        `Local rows: store and layout on local disk, stargz's registry on loopback. Network rows: ${describeLink(LINK)} (bench/deploy/throttle-proxy.ts), one link in front of each S3 engine (${S3_ENGINE_NAMES.join(', ')}) and one in front of the registry; the headline S3 rows are ${S3_ENGINE_NAMES[0]}'s.`,
       '',
       markdownTable(['contender', 'mount / extract s (daemon-side mount)', 'python s', 'total s', 'speedup vs gzip extraction', 'MB fetched (% of stored)', 'GETs'], rows),
       '',
@@ -344,13 +390,19 @@ async function main (): Promise<void> {
       '',
       `Bytes (targets: < 15% of storedBytes, issue 15: ≤ 7%): layerd fetched **${fmt(up.fetchedBytes / MB)} MB = ${fmt(ratios.fetchedOverStored * 100, 1)}% of storedBytes** ` +
         `(${fmt(up.storedBytes / MB)} MB, the compressed chunks the image references), ${fmt(ratios.fetchedOverCompressedImage * 100, 1)}% of the ${fmt(compressedImageBytes / MB)} MB gzip layers that extraction reads, ` +
-        `${fmt(ratios.fetchedOverImageBytes * 100, 1)}% of imageBytes (${fmt(up.imageBytes / MB)} MB uncompressed); over the link (S3 readahead on) ${fmt(ratios.networkFetchedOverStored * 100, 1)}%.`
+        `${fmt(ratios.fetchedOverImageBytes * 100, 1)}% of imageBytes (${fmt(up.imageBytes / MB)} MB uncompressed); over the link (S3 readahead on) ${fmt(ratios.networkFetchedOverStored * 100, 1)}%.`,
+      ...(S3_ENGINE_NAMES.length < 2
+        ? []
+        : ['', 'By S3 engine, through the link: ' + S3_ENGINE_NAMES.map(e => {
+            const r = perEngine[e]!
+            return `${e} ${fmt(r.totalSeconds)} s (${fmt(r.timeOverFirstEngine)}x ${S3_ENGINE_NAMES[0]}'s time), ${fmt(r.networkSpeedupVsStargz)}x against stargz-store, ${fmt(r.tracedNetworkSpeedupVsStargz)}x with a published trace, S3HttpReader ${fmt(r.httpReadsSpeedupVsSdkReads)}x the SDK`
+          }).join('; ') + '.'])
     ].join('\n')
     await writeReport({ name: 'cold-start', title: 'Cold start: python3 -c "import json, sqlite3, ssl" — layerd vs full extraction and stargz-store', command, load: load.stop(), markdown, data: { reps: REPS, link: LINK, compressedImageBytes, whiteouts, figures, ratios } }, ARGS.string('out'))
   } finally {
     for (const p of proxies) await p.close()
     await registry?.stop()
-    await s3?.stop()
+    for (const e of engines) await e.stop()
     await rm(work, { recursive: true, force: true })
   }
 }

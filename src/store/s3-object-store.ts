@@ -31,6 +31,16 @@ import { classifyS3Error, type S3StoreOp } from './s3-errors.js'
 import { S3HttpReader } from './s3-http-reader.js'
 
 export const DEFAULT_S3_REGION = 'us-east-1'
+
+/**
+ * A listed LastModified cut to the second, as stat() sees it: HEAD's
+ * Last-Modified is an HTTP date (whole seconds), while ListObjectsV2 gives
+ * milliseconds: `.000` from AWS, the real fraction from Ceph RGW. Cut, the
+ * two reads of one write agree on every engine (gc compares them).
+ */
+function wholeSeconds (date: Date): Date {
+  return new Date(Math.floor(date.getTime() / 1000) * 1000)
+}
 export const S3_CONNECT_TIMEOUT_MS = 3_000
 /** Longest wait for response headers (and, for small requests, for the upload). */
 export const S3_REQUEST_TIMEOUT_MS = 30_000
@@ -245,7 +255,7 @@ export class S3ObjectStore implements ObjectStore {
         }))
         objects = ((res.Contents ?? []) as Array<{ Key?: string, Size?: number, LastModified?: Date }>)
           .filter(o => (o.Key ?? '').startsWith(this.#keyPrefix))
-          .map(o => ({ key: o.Key!.slice(this.#keyPrefix.length), size: o.Size ?? 0, modified: o.LastModified instanceof Date ? o.LastModified : new Date(0) }))
+          .map(o => ({ key: o.Key!.slice(this.#keyPrefix.length), size: o.Size ?? 0, modified: o.LastModified instanceof Date ? wholeSeconds(o.LastModified) : new Date(0) }))
         continuationToken = res.IsTruncated === true ? res.NextContinuationToken : undefined
       } catch (err) {
         throw classifyS3Error(err, 'list', prefix, this.url)
