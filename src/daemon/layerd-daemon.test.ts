@@ -1,0 +1,69 @@
+/**
+ * LayerdDaemon's start order (issue 15, daemon start): the control socket
+ * listens before the serving parts open and the services start; `ping` is
+ * answered at once, every other request waits until the daemon serves, and a
+ * start that fails answers the waiting requests with its error.
+ */
+import t, { type Test } from 'tap'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { ControlClient } from './control-client.js'
+import { socketPath } from './control-protocol.js'
+import { LayerdDaemon, type DaemonService } from './layerd-daemon.js'
+
+/** A service whose start waits until `release()`; `started` resolves when the daemon has begun starting it. */
+function blockedService (): { start: () => Promise<DaemonService>, started: Promise<void>, release: (err?: Error) => void } {
+  let began!: () => void
+  const started = new Promise<void>(resolve => { began = resolve })
+  let release!: (err?: Error) => void
+  const released = new Promise<void>((resolve, reject) => { release = err => { if (err === undefined) resolve(); else reject(err) } })
+  return { start: async () => { began(); await released; return { close: async () => {} } }, started, release }
+}
+
+/** A home with a short path (a Unix socket path is at most 107 bytes: t.testdir()'s are longer). */
+function shortHome (t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'layerd-start-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return join(dir, 'home')
+}
+
+function daemonAt (home: string, service: () => Promise<DaemonService>): LayerdDaemon {
+  return new LayerdDaemon({ home, cacheBytes: 64 * 1024 * 1024, restoreMounts: false, memoryTarget: null, log: () => {}, services: [service] })
+}
+
+t.test('LayerdDaemon.start() answers ping before it serves, and every other request once it serves', async t => {
+  const home = shortHome(t)
+  const service = blockedService()
+  const daemon = daemonAt(home, service.start)
+  t.teardown(async () => { await daemon.stop() })
+  const starting = daemon.start()
+  await Promise.race([service.started, starting]) // the database and the cache are open, the service is still starting
+  const client = await ControlClient.connect(socketPath(home))
+  t.teardown(() => client.close())
+  t.equal((await client.call('ping')).pid, process.pid, 'ping is answered while a service is still starting')
+  let answered = false
+  const mounts = client.call('mounts').then(r => { answered = true; return r })
+  await new Promise(resolve => setTimeout(resolve, 100))
+  t.equal(answered, false, '`mounts` waits while the daemon does not serve yet')
+  service.release()
+  await starting
+  t.same(await mounts, [], '`mounts` is answered once the daemon serves')
+})
+
+t.test('LayerdDaemon.start() that fails answers the requests that waited with its error', async t => {
+  const home = shortHome(t)
+  const service = blockedService()
+  const daemon = daemonAt(home, service.start)
+  t.teardown(async () => { await daemon.stop() })
+  const starting = daemon.start()
+  await Promise.race([service.started, starting])
+  const client = await ControlClient.connect(socketPath(home))
+  t.teardown(() => client.close())
+  const mounts = client.call('mounts')
+  mounts.catch(() => {}) // judged below, after start() has thrown
+  await new Promise(resolve => setTimeout(resolve, 50)) // the request reaches the daemon before the start fails
+  service.release(new Error('the service cannot bind its socket'))
+  await t.rejects(starting, /cannot bind its socket/, 'start() throws the service\'s error')
+  await t.rejects(mounts, /cannot bind its socket/, 'the waiting request is answered with it')
+})
