@@ -32,22 +32,24 @@ function daemonAt (home: string, service: () => Promise<DaemonService>): LayerdD
   return new LayerdDaemon({ home, cacheBytes: 64 * 1024 * 1024, restoreMounts: false, memoryTarget: null, log: () => {}, services: [service] })
 }
 
-t.test('LayerdDaemon.start() answers ping before it serves, and every other request once it serves', async t => {
+t.test('LayerdDaemon.start() accepts connections before it serves, and answers their requests once it serves', async t => {
   const home = shortHome(t)
   const service = blockedService()
   const daemon = daemonAt(home, service.start)
   t.teardown(async () => { await daemon.stop() })
   const starting = daemon.start()
   await Promise.race([service.started, starting]) // the database and the cache are open, the service is still starting
-  const client = await ControlClient.connect(socketPath(home))
+  const client = await ControlClient.connect(socketPath(home)) // refused here before: the socket listened last
   t.teardown(() => client.close())
-  t.equal((await client.call('ping')).pid, process.pid, 'ping is answered while a service is still starting')
-  let answered = false
-  const mounts = client.call('mounts').then(r => { answered = true; return r })
+  t.pass('the socket accepts while a service is still starting')
+  let answered = 0
+  const ping = client.call('ping').then(r => { answered++; return r })
+  const mounts = client.call('mounts').then(r => { answered++; return r })
   await new Promise(resolve => setTimeout(resolve, 100))
-  t.equal(answered, false, '`mounts` waits while the daemon does not serve yet')
+  t.equal(answered, 0, '`ping` and `mounts` wait while the daemon does not serve yet')
   service.release()
   await starting
+  t.equal((await ping).pid, process.pid, '`ping` is answered once the daemon serves')
   t.same(await mounts, [], '`mounts` is answered once the daemon serves')
 })
 

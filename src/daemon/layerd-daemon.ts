@@ -119,7 +119,7 @@ const PREPARE_RETRY_DEADLINE_MS = 5_000
 export class LayerdDaemon {
   readonly config: DaemonConfig
   #parts: ServingParts | undefined
-  /** Settles once the serving parts are open and the services run; every request but `ping` waits for it. */
+  /** Settles once the serving parts are open and the services run; every request waits for it. */
   #serving: Promise<void> | undefined
   #blockViews: Promise<BlockViews> | undefined
   #server: ControlServer | undefined
@@ -139,8 +139,8 @@ export class LayerdDaemon {
   /**
    * Take the home's lock, listen on the control socket, then load and open
    * the serving parts (serving-parts.ts: database, cache, stores, mounts),
-   * recover mounts and start the services. The socket answers `ping` from
-   * the moment it listens; every other request waits until the daemon
+   * recover mounts and start the services. The socket accepts connections
+   * from the moment it listens; their requests wait until the daemon
    * serves. Async; resolves once it serves; throws AlreadyRunningError, or
    * what opening the home or a service threw (after stopping).
    */
@@ -212,7 +212,7 @@ export class LayerdDaemon {
       await this.config.sweepAtStart?.(parts.db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       mark('sweep')
       // The services (containerd's snapshotter) start before the holder hears that this daemon serves, and before
-      // the control socket answers anything but ping: whoever is answered (layerctl, `daemon restart`) finds their sockets up too.
+      // the control socket answers: whoever is answered (layerctl, `daemon restart`) finds their sockets up too.
       for (const start of this.config.services ?? []) {
         this.#services.push(await start({ home, db: parts.db, mounts: parts.mounts, stores: parts.stores, log }))
       }
@@ -298,13 +298,16 @@ export class LayerdDaemon {
 
   /**
    * The control API (control-protocol.ts): params arrive checked against the
-   * map. `ping` answers at once; every other method first waits until the
-   * daemon serves (start()), and fails with start's error if it does not.
+   * map. Every method, `ping` too, first waits until the daemon serves
+   * (start()), and fails with start's error if it does not: a client that is
+   * answered finds the mounts recovered and the services' sockets up (the
+   * holder and the takeover tests count a layerd as serving from its first
+   * answer, and restart one killed before it served with a backoff).
    */
   #handlers (): ControlHandlers {
     const serving = async (): Promise<ServingParts> => { await this.#serving; return this.#parts! }
     const handlers: ControlHandlers = {
-      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy }),
+      ping: async () => { await serving(); return { pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy } },
       mount: async p => await (await serving()).mounts.mount(p),
       umount: async p => { await (await serving()).mounts.unmount(p.mountpoint); return {} },
       mounts: async () => (await serving()).mounts.list(),
