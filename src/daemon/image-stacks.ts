@@ -61,7 +61,9 @@ export class ImageStacks {
     /** Who serves the base mounts; default: the kernel backend when it can. */
     private readonly fuseBackend?: FuseBackend,
     /** Trees built ahead for a takeover (a planned restart). */
-    private readonly prepared?: () => PreparedTakeovers
+    private readonly prepared?: () => PreparedTakeovers,
+    /** MountOptions.wholeBinaryPrefetch (default true). */
+    private readonly wholeBinaryPrefetch?: boolean
   ) {}
 
   /** The base of `layers` (decoded as `tocs`), mounted on first use; each call needs one release(). Async. */
@@ -112,7 +114,8 @@ export class ImageStacks {
     const reader = new MountChunkReader(fetcher, storeName, {
       onPrefetchError: err => this.log(`prefetch for ${mountpoint}: ${(err as Error).message}`),
       neighbours: () => (neighbours ??= new BlobNeighbours(tocs)),
-      isCached: digest => this.cache.has(digest)
+      isCached: digest => this.cache.has(digest),
+      ...(this.wholeBinaryPrefetch === undefined ? {} : { wholeBinaries: this.wholeBinaryPrefetch })
     })
     const prepared = this.prepared?.().take(mountpoint, layers)
     const tree = prepared?.tree ?? mergeLayers(tocs)
