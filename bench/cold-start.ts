@@ -88,7 +88,6 @@ interface Sample {
 const LOCAL_STARGZ = 'stargz-store (registry on loopback, daemon running)'
 const NET_LAYERD = 'layerd (control API), S3 store through the link'
 const NET_LAYERD_SDK = 'layerd (control API), S3 store through the link, reads through the AWS SDK (profile credentials)'
-const NET_LAYERD_NO_WHOLE = 'layerd (control API), S3 store through the link, without the whole-binary prefetch (LAYERD_WHOLE_BINARY_PREFETCH=0)'
 const NET_STARGZ = 'stargz-store, registry through the link'
 const LOCAL_TRACED = 'layerd (control API), published trace'
 const NET_TRACED = 'layerd (control API), S3 store through the link, published trace'
@@ -263,8 +262,6 @@ async function main (): Promise<void> {
       { name: 'full extraction (pigz -dc | tar -x)', run: extract('pigz -dc') },
       { name: NET_LAYERD, run: layerd('api', s3Store) },
       { name: NET_LAYERD_SDK, run: layerd('api', sdkS3Store) },
-      // The A/B of the whole-binary prefetch (src/fs/file-reader.ts): the S3 row with it off.
-      { name: NET_LAYERD_NO_WHOLE, run: layerd('api', { ...s3Store, env: { LAYERD_WHOLE_BINARY_PREFETCH: '0' } }) },
       { name: LOCAL_TRACED, run: layerd('api', { url: tracedFsUrl }) },
       { name: NET_TRACED, run: layerd('api', tracedS3Store) }
     ]
@@ -294,7 +291,6 @@ async function main (): Promise<void> {
     const pigz = need('full extraction (pigz -dc | tar -x)')
     const netLayerd = need(NET_LAYERD)
     const netLayerdSdk = need(NET_LAYERD_SDK)
-    const netLayerdNoWhole = need(NET_LAYERD_NO_WHOLE)
     const localStargz = byName(LOCAL_STARGZ)
     const netStargz = byName(NET_STARGZ)
     const localTraced = need(LOCAL_TRACED)
@@ -317,9 +313,6 @@ async function main (): Promise<void> {
       networkSpeedupVsStargz: netStargz === undefined ? NaN : netStargz.totalSeconds / netLayerd.totalSeconds,
       networkSpeedupVsStargzSdkReads: netStargz === undefined ? NaN : netStargz.totalSeconds / netLayerdSdk.totalSeconds,
       httpReadsSpeedupVsSdkReads: netLayerdSdk.totalSeconds / netLayerd.totalSeconds,
-      wholeBinarySpeedup: netLayerdNoWhole.totalSeconds / netLayerd.totalSeconds,
-      networkNoWholeFetchedOverStored: netLayerdNoWhole.fetchedBytes / netLayerdNoWhole.storedBytes,
-      networkSpeedupVsStargzNoWhole: netStargz === undefined ? NaN : netStargz.totalSeconds / netLayerdNoWhole.totalSeconds,
       stargzFetchedOverStored: localStargz === undefined ? NaN : localStargz.fetchedBytes / localStargz.storedBytes,
       networkFetchedOverStored: netLayerd.fetchedBytes / netLayerd.storedBytes,
       stargzStartSeconds: startMedian(localStargz),
@@ -347,7 +340,6 @@ async function main (): Promise<void> {
           `stargz-store fetched ${fmt(localStargz.fetchedBytes / MB)} MB = ${fmt(ratios.stargzFetchedOverStored * 100, 1)}% of its ${fmt(localStargz.storedBytes / MB)} MB eStargz layers. ` +
           `With a published access trace (\`layerctl trace publish\`, prefetched at mount; stargz-store's counterpart, prioritized files with prefetch, is off in its rows): ${fmt(ratios.tracedLocalSpeedupVsStargz)}x local, ${fmt(ratios.tracedNetworkSpeedupVsStargz)}x over the link. ` +
           `Reads through the AWS SDK (the S3 row with profile credentials) instead of S3HttpReader: ${fmt(ratios.networkSpeedupVsStargzSdkReads)}x over the link; S3HttpReader is ${fmt(ratios.httpReadsSpeedupVsSdkReads)}x faster than the SDK row. ` +
-          `Without the whole-binary prefetch (LAYERD_WHOLE_BINARY_PREFETCH=0): ${fmt(ratios.networkSpeedupVsStargzNoWhole)}x over the link, ${fmt(ratios.networkNoWholeFetchedOverStored * 100, 1)}% fetched (with it: ${fmt(ratios.networkFetchedOverStored * 100, 1)}%); the prefetch makes the S3 row ${fmt(ratios.wholeBinarySpeedup)}x faster. ` +
           `Daemon start to serving: stargz-store ${fmt(ratios.stargzStartSeconds)} s; layerd: the difference of the two \`layerctl mount\` rows, ${fmt(start.totalSeconds - up.totalSeconds)} s.`,
       '',
       `Bytes (targets: < 15% of storedBytes, issue 15: ≤ 7%): layerd fetched **${fmt(up.fetchedBytes / MB)} MB = ${fmt(ratios.fetchedOverStored * 100, 1)}% of storedBytes** ` +

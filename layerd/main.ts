@@ -126,7 +126,7 @@ async function main (): Promise<number> {
     memoryTarget,
     warmStandby,
     ...(serveNice === undefined || !Number.isInteger(serveNice) ? {} : { serveNice }),
-    mounts: { stacks: settings.stacks, topLayerPrefetch: settings.topLayerPrefetch, wholeBinaryPrefetch: settings.wholeBinaryPrefetch, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
+    mounts: { stacks: settings.stacks, topLayerPrefetch: settings.topLayerPrefetch, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
     log,
     ...(metricsAddr === undefined ? {} : { metricsAddr }),
     sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),

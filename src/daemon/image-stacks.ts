@@ -61,9 +61,7 @@ export class ImageStacks {
     /** Who serves the base mounts; default: the kernel backend when it can. */
     private readonly fuseBackend?: FuseBackend,
     /** Trees built ahead for a takeover (a planned restart). */
-    private readonly prepared?: () => PreparedTakeovers,
-    /** MountOptions.wholeBinaryPrefetch (default true). */
-    private readonly wholeBinaryPrefetch?: boolean
+    private readonly prepared?: () => PreparedTakeovers
   ) {}
 
   /** The base of `layers` (decoded as `tocs`), mounted on first use; each call needs one release(). Async. */
@@ -114,8 +112,7 @@ export class ImageStacks {
     const reader = new MountChunkReader(fetcher, storeName, {
       onPrefetchError: err => this.log(`prefetch for ${mountpoint}: ${(err as Error).message}`),
       neighbours: () => (neighbours ??= new BlobNeighbours(tocs)),
-      isCached: digest => this.cache.has(digest),
-      ...(this.wholeBinaryPrefetch === undefined ? {} : { wholeBinaries: this.wholeBinaryPrefetch })
+      isCached: digest => this.cache.has(digest)
     })
     const prepared = this.prepared?.().take(mountpoint, layers)
     const tree = prepared?.tree ?? mergeLayers(tocs)

@@ -11,15 +11,8 @@ import type { ChunkReader } from '../fs/file-reader.js'
 import { TraceRecorder } from './access-traces.js'
 import { neighbourBudget, type BlobNeighbours } from './blob-neighbours.js'
 
-/**
- * Through a remote store, executables and shared libraries at least this big are fetched whole on their
- * first miss (file-reader.ts). python3.11 (6.8 MB) and libcrypto.so.3 (4.7 MB) are the workload's big two.
- */
-export const REMOTE_WHOLE_BINARY_BYTES_1MIB = 1024 * 1024
-
 export class MountChunkReader implements ChunkReader {
   readonly storeName: string
-  readonly wholeBinaryBytes: number | undefined
   readonly stats: FetchStats = newFetchStats()
   /** Demand misses in first-touch order: the mount's access trace. */
   readonly trace = new TraceRecorder()
@@ -36,8 +29,6 @@ export class MountChunkReader implements ChunkReader {
     /** The image's chunks by blob, built on first miss. */
     neighbours: () => BlobNeighbours
     isCached: (digest: string) => boolean
-    /** Through a remote store, hint big executables and shared libraries whole (REMOTE_WHOLE_BINARY_BYTES_1MIB). Default true. */
-    wholeBinaries?: boolean
   }) {
     this.#fetcher = fetcher
     this.storeName = storeName
@@ -45,7 +36,6 @@ export class MountChunkReader implements ChunkReader {
     this.#neighbours = opts.neighbours
     this.#isCached = opts.isCached
     this.#budget = neighbourBudget(fetcher.remoteStore)
-    this.wholeBinaryBytes = fetcher.remoteStore && opts.wholeBinaries !== false ? REMOTE_WHOLE_BINARY_BYTES_1MIB : undefined
   }
 
   getCached (digest: string): Uint8Array | undefined {

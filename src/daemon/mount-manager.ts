@@ -57,14 +57,12 @@ import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 /** A stacked layer chain's top layer is fetched whole at mount up to this many stored (compressed) bytes (#prefetchSmallTop). */
 const TOP_LAYER_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
 
-/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_TOP_PREFETCH, LAYERD_WHOLE_BINARY_PREFETCH, LAYERD_FUSE_BACKEND). */
+/** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_TOP_PREFETCH, LAYERD_FUSE_BACKEND). */
 export interface MountOptions {
   /** Images for sandboxes, and containerd layer chains, as stacks where they can be. Default true. */
   stacks?: boolean
   /** A stacked layer chain's small top layer fetched whole at mount (#prefetchSmallTop). Default true. */
   topLayerPrefetch?: boolean
-  /** Through a remote store, big executables and shared libraries fetched whole on their first miss (mount-chunk-reader.ts). Default true. */
-  wholeBinaryPrefetch?: boolean
   /** Who serves the FUSE mounts; default: the kernel backend when it can. */
   fuseBackend?: FuseBackend
 }
@@ -118,7 +116,7 @@ export class MountManager {
     this.#keeper = options.keeper
     this.#prepared = options.prepared ?? PreparedTakeovers.none()
     this.#sharedRecords = new SharedImageRecords(options.sharedRecordsFile ?? `${sharedDir}.json`, log)
-    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper, options.fuseBackend, () => this.#prepared, options.wholeBinaryPrefetch)
+    this.#stacks = new ImageStacks(cache, this.#tocs, sharedDir, log, options.keeper, options.fuseBackend, () => this.#prepared)
     this.#traces = new AccessTraces(db)
     this.#rows = new MountTable(db)
     this.#cache = cache

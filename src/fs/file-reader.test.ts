@@ -89,35 +89,6 @@ t.test('FileReader.read() fetches only missing chunks and hints the next ones as
   t.equal(files.read(inode('big'), CHUNK, CHUNK, again), CHUNK, 'a prefetched chunk is then a sync hit')
 })
 
-t.test('FileReader.read() hints a big executable or shared library whole on its first miss when wholeBinaryBytes is set', async t => {
-  const image = new MemoryImage()
-  const files = [
-    { path: 'python3', mode: 0o755, chunks: 20 }, // executable, big: whole
-    { path: 'libcrypto.so.3', mode: 0o644, chunks: 20 }, // shared library, big: whole
-    { path: 'data.bin', mode: 0o644, chunks: 20 }, // neither: the usual readahead
-    { path: 'small.so', mode: 0o644, chunks: 4 } // too small: the usual readahead
-  ]
-  image.addLayer(files.map((f, i) => ({ path: f.path, type: 'file' as const, mode: f.mode, content: patternBytes(f.chunks * CHUNK, 10 + i) })), { chunkSize: CHUNK })
-  const tree = mergeLayers(image.tocs)
-  const inode = (name: string): MergedInode => tree.root.children!.get(name)!.inode
-  const hinted = async (wholeBinaryBytes: number | undefined, name: string, position: number): Promise<number> => {
-    const reader = new MemoryChunkReader({ store: image.chunks, warm: false, ...(wholeBinaryBytes === undefined ? {} : { wholeBinaryBytes }) })
-    const reads = new FileReader(image.tocs, reader)
-    await reads.read(inode(name), position, 10, Buffer.alloc(10))
-    await new Promise(resolve => setImmediate(resolve))
-    const first = reader.fetches.prefetch
-    await reads.read(inode(name), position + 5 * CHUNK, 10, Buffer.alloc(10)) // a later miss in the same file hints nothing more
-    await new Promise(resolve => setImmediate(resolve))
-    t.equal(reader.fetches.prefetch, first, `${name}: a later miss hints nothing new`)
-    return first
-  }
-  t.equal(await hinted(10 * CHUNK, 'python3', 7 * CHUNK), 19, 'an executable: every other chunk of it, from its first miss on')
-  t.equal(await hinted(10 * CHUNK, 'libcrypto.so.3', 0), 19, 'a shared library: every other chunk')
-  t.equal(await hinted(10 * CHUNK, 'data.bin', 0), READAHEAD_CHUNKS, 'another file: the next chunks only')
-  t.equal(await hinted(10 * CHUNK, 'small.so', 0), 3, 'a shared library under the size: the next chunks only')
-  t.equal(await hinted(undefined, 'python3', 0), READAHEAD_CHUNKS, 'without wholeBinaryBytes: the next chunks only')
-})
-
 t.test('FileReader.read() rejects with the reader\'s error and missingChunks() names the chunk', async t => {
   const image = new MemoryImage()
   image.addLayer([{ path: 'f', type: 'file', content: patternBytes(2500, 9) }], { chunkSize: CHUNK })

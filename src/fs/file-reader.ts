@@ -12,11 +12,6 @@
  *   search for the first span); one-span files need none.
  * - A read that misses also hints the next chunks of the same file to the
  *   fetcher at prefetch priority (sequential readers will want them).
- * - With `ChunkReader.wholeBinaryBytes` set (remote stores), the first read
- *   that misses in an executable or shared library at least that big hints
- *   every chunk of the file: the loader and python touch such files all over
- *   through mmap, one page fault (one round trip) at a time, so fetching
- *   them whole overlaps those round trips at the cost of their untouched bytes.
  *
  * May import: src/errors.ts, src/format/.
  */
@@ -49,8 +44,6 @@ export interface ChunkReader {
   prefetch: (refs: readonly ChunkRef[]) => void
   /** Bytes fetched from the store for this reader so far. */
   fetchedBytes: () => number
-  /** Executables and shared libraries at least this big are hinted whole on their first miss; undefined: never. */
-  readonly wholeBinaryBytes?: number
 }
 
 export interface FileReaderCounters {
@@ -66,9 +59,6 @@ export interface FileReaderCounters {
 export const READAHEAD_CHUNKS = 8
 export const READAHEAD_BYTES_4MIB = 4 * 1024 * 1024
 
-/** A shared library's name: `libx.so`, `libx.so.3`, `_ssl.cpython-311-x86_64-linux-gnu.so`. */
-const SHARED_LIBRARY_NAME = /\.so(\.\d+)*$/
-
 interface PendingSpan { span: number, filePos: number, length: number }
 
 export class FileReader {
@@ -79,8 +69,6 @@ export class FileReader {
   readonly #refs: Array<Array<ChunkRef | undefined>>
   /** Start offset of every span (plus the file size at the end), by inode; only for multi-span files. */
   readonly #offsets: Array<Float64Array | undefined> = []
-  /** Inodes already hinted whole (wholeBinaryBytes). */
-  readonly #hintedWhole = new Set<number>()
 
   constructor (tocs: readonly LayerToc[], reader: ChunkReader) {
     this.#tocs = tocs
@@ -147,12 +135,6 @@ export class FileReader {
       return end - position
     }
     this.counters.fetchReads++
-    if (this.#wantsWhole(inode)) {
-      // The demand read first, so that its chunks are fetched at demand priority, not queued with the hint's.
-      const fetched = this.#fetchInto(inode, position, pending, out)
-      this.#prefetchWhole(inode)
-      return fetched.then(() => end - position)
-    }
     this.#prefetchAfter(inode, i)
     return this.#fetchInto(inode, position, pending, out).then(() => end - position)
   }
@@ -191,27 +173,6 @@ export class FileReader {
       const from = span.offset + (p.filePos - this.#spanStart(inode, p.span))
       out.set(data.subarray(from, from + p.length), p.filePos - position)
     }
-  }
-
-  /** Whether `inode` is hinted whole (wholeBinaryBytes): a big executable or shared library. Sync. */
-  #wantsWhole (inode: MergedInode): boolean {
-    const min = this.#reader.wholeBinaryBytes
-    const entry = inode.entry
-    return min !== undefined && entry.size >= min && ((entry.mode & 0o111) !== 0 || SHARED_LIBRARY_NAME.test(entry.path))
-  }
-
-  /** Hint every chunk of `inode` at prefetch priority, the first time only. */
-  #prefetchWhole (inode: MergedInode): void {
-    if (this.#hintedWhole.has(inode.ino)) return
-    this.#hintedWhole.add(inode.ino)
-    const refs: ChunkRef[] = []
-    let last = -1
-    for (const span of inode.entry.spans!) {
-      if (span.chunk === last) continue
-      last = span.chunk
-      refs.push(this.#ref(inode.layer, span.chunk))
-    }
-    this.#reader.prefetch(refs)
   }
 
   /** Hint the chunks after span `from` of `inode` at prefetch priority. */

@@ -23,13 +23,10 @@ export interface MemoryChunkReaderOptions {
   /** Runs before each fetch (demand or prefetch) with the refs being fetched; may delay or throw. */
   beforeFetch?: (refs: readonly ChunkRef[], priority: 'demand' | 'prefetch') => Promise<void> | void
   storeName?: string
-  /** ChunkReader.wholeBinaryBytes (undefined: never). */
-  wholeBinaryBytes?: number
 }
 
 export class MemoryChunkReader implements ChunkReader {
   readonly storeName: string
-  readonly wholeBinaryBytes: number | undefined
   readonly cache = new Map<string, Uint8Array>()
   /** Fetches started, by priority, and refs fetched. */
   readonly fetches = { demand: 0, prefetch: 0, chunks: 0 }
@@ -42,7 +39,6 @@ export class MemoryChunkReader implements ChunkReader {
     this.#store = options.store
     this.#beforeFetch = options.beforeFetch
     this.storeName = options.storeName ?? 'memory://chunks'
-    this.wholeBinaryBytes = options.wholeBinaryBytes
     if (options.warm === true) for (const [digest, data] of options.store) this.cache.set(digest, data)
   }
 

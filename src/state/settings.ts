@@ -46,8 +46,6 @@ export interface Settings {
   stacks: boolean
   /** A stacked containerd layer chain's small top layer is fetched whole at mount. Default true. */
   topLayerPrefetch: boolean
-  /** Through a remote store, a big executable or shared library is fetched whole on its first miss (LAYERD_WHOLE_BINARY_PREFETCH=0: off). Default true. */
-  wholeBinaryPrefetch: boolean
   /** 'kernel' or 'fuse-native'; undefined: the kernel backend when it can serve. */
   fuseBackend?: string
   /** Under a holder, keep a warm standby layerd loaded while one serves (LAYERD_WARM_STANDBY=0: none). Default true. */
@@ -84,7 +82,6 @@ export function resolveSettings (flags: SettingFlags, env: NodeJS.ProcessEnv = p
     ...(memoryTarget === undefined ? {} : { memoryTarget }),
     stacks: env.LAYERD_STACKS !== '0',
     topLayerPrefetch: env.LAYERD_TOP_PREFETCH !== '0',
-    wholeBinaryPrefetch: env.LAYERD_WHOLE_BINARY_PREFETCH !== '0',
     warmStandby: env.LAYERD_WARM_STANDBY !== '0',
     ...(fuseBackend === undefined ? {} : { fuseBackend }),
     vm
