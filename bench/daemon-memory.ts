@@ -132,7 +132,8 @@ async function startDaemon (node: Node): Promise<ChildProcess> {
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`${node.build.label}: layerd exited with ${child.exitCode}: ${log}`)
     if (existsSync(socketPath(node.home))) {
-      try { (await ControlClient.connect(socketPath(node.home), 500)).close(); return child } catch {}
+      // An answered ping, not an accepted connect: layerd accepts before it serves, and answers once it does.
+      try { const c = await ControlClient.connect(socketPath(node.home), 500); try { await c.call('ping') } finally { c.close() } return child } catch {}
     }
     await new Promise(resolve => setTimeout(resolve, 50))
   }

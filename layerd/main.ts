@@ -23,17 +23,18 @@ import { parseArgs } from 'node:util'
 import { describeError } from '../src/errors.js'
 import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
-import { parseFuseBackend } from '../src/fs/image-mount.js'
-import { connectDaemon } from '../src/daemon/daemon-launcher.js'
 import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { installProcessGuards } from '../src/daemon/process-guards.js'
-import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
 import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
-import { containerdSnapshotterService, preloadContainerdSnapshotter } from '../src/snapshotter/containerd-snapshotter.js'
 import { nativeMemory } from '../src/native.js'
-import { startRunServer } from '../src/cli/run-server.js'
 import { HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV } from '../src/holder/fd-store-protocol.js'
+import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
+import type { FuseBackend } from '../src/fs/fuse-binding.js'
+
+// The rest (the mounts, containerd's snapshotter, the run socket) is imported where it is
+// first used, after the control socket listens: what is loaded before it is what makes a start slow (src/daemon/README.md).
+const snapshotter = async (): Promise<typeof import('../src/snapshotter/containerd-snapshotter.js')> => await import('../src/snapshotter/containerd-snapshotter.js')
 
 /** glibc makes up to 8 malloc arenas per core, one per thread that allocates; the daemon's few threads share 2 (fewer pages held free). */
 const MALLOC_ARENAS = 2
@@ -94,15 +95,16 @@ async function main (): Promise<number> {
       ...(metricsAddr === undefined ? [] : ['--metrics-addr', metricsAddr]),
       ...(values['log-format'] === undefined ? [] : ['--log-format', values['log-format']]),
       ...(values['log-level'] === undefined ? [] : ['--log-level', values['log-level']])]
+    const { connectDaemon } = await import('../src/daemon/daemon-launcher.js')
     const client = await connectDaemon({ home, args })
     const info = await client.call('ping')
     client.close()
     console.log(`layerd running (pid ${info.pid}) for ${home}`)
     return LAYERD_EXIT.OK
   }
-  let fuseBackend
+  let fuseBackend: FuseBackend | undefined
   try {
-    fuseBackend = settings.fuseBackend === undefined ? undefined : parseFuseBackend(settings.fuseBackend)
+    fuseBackend = settings.fuseBackend === undefined ? undefined : (await import('../src/fs/image-mount.js')).parseFuseBackend(settings.fuseBackend)
   } catch (err) {
     console.error(`layerd: ${describeError(err)}`)
     return LAYERD_EXIT.USAGE
@@ -129,8 +131,8 @@ async function main (): Promise<number> {
     ...(metricsAddr === undefined ? {} : { metricsAddr }),
     sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),
     // `layerctl run` for the C front (native/layerctl.c), done by a runner process this daemon starts on first use (src/cli/run-server.ts).
-    services: [async parts => await containerdSnapshotterService(parts, snapshotterStore), async parts => await startRunServer(parts)],
-    preload: [preloadContainerdSnapshotter],
+    services: [async parts => await (await snapshotter()).containerdSnapshotterService(parts, snapshotterStore), async parts => await (await import('../src/cli/run-server.js')).startRunServer(parts)],
+    preload: [async () => { await (await snapshotter()).preloadContainerdSnapshotter() }],
     sweepAtStart: async (db, log) => {
       // The sandbox runtimes' code is loaded only when there is something to clean.
       if (!new SandboxRegistry(db).list().some(r => SandboxRegistry.status(r) === 'orphaned')) return

@@ -19,33 +19,24 @@
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { PullIncompleteError, UnsupportedError, UsageError } from '../errors.js'
-import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
-import { loadImage } from '../image/load-image.js'
 import type { ExportTarget } from '../materialize/export-image.js'
-import { ensureHomeDir, openNodeDb, type NodeDb } from '../state/node-db.js'
+import { ensureHomeDir } from '../state/node-db.js'
+import type { NodeDb } from '../state/node-db.js'
 import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
-import { expectedRejectionCount, expectRejections, unhandledRejectionCount } from './process-guards.js'
+import { expectedRejectionCount, unhandledRejectionCount } from './process-guards.js'
 import {
   BadRequestError, socketPath, type ControlHandlers, type ControlMethod, type ControlParams, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
 } from './control-protocol.js'
-import { MountManager, type MountOptions } from './mount-manager.js'
-import { allChunks } from './image-chunks.js'
+import type { MountManager, MountOptions } from './mount-manager.js'
 import type { BlockViews } from './block-views.js'
 import { readDaemonMemory } from './memory-report.js'
-import { MemorySettler } from './memory-settler.js'
-import { MemoryReclaimer } from './memory-reclaimer.js'
-import { PageCopyDropper } from './page-copies.js'
-import { memoryGauge } from '../host/memory-pressure.js'
-import { releaseReadBuffers } from '../fs/kernel-fuse.js'
-import { StorePool, type StoreLocation } from './store-pool.js'
-import { collectNode } from './node-gc.js'
+import type { StorePool, StoreLocation } from './store-pool.js'
 import { MAX_SANDBOX_TIERS, observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
 import { HeldConnections, readConnectionRecords } from '../holder/connection-keeper.js'
-import { PreparedTakeovers } from './prepared-takeovers.js'
-import { openStore } from '../store/open-store.js'
+import type { PreparedTakeovers } from './prepared-takeovers.js'
 import { setProcessNice } from '../host/thread-priority.js'
-import { mountedFsType } from '../fs/fuse-binding.js'
+import type { ServingParts } from './serving-parts.js'
 
 export interface DaemonConfig {
   home: string
@@ -124,19 +115,13 @@ export { AlreadyRunningError }
 export const HANDOVER_LOCK_WAIT_MS = 30_000
 /** A planned restart's reads of TOCs from the store, before it takes over, give up after this (the takeover then builds them). */
 const PREPARE_RETRY_DEADLINE_MS = 5_000
-/** The decoded-chunk cache's cap while the node is over its memory target (16 MiB otherwise). */
-const OVER_TARGET_DECODED_BYTES = 4 * 1024 * 1024
 
 export class LayerdDaemon {
   readonly config: DaemonConfig
-  #db: NodeDb | undefined
-  #cache: LmdbChunkCache | undefined
-  #stores: StorePool | undefined
-  #mounts: MountManager | undefined
+  #parts: ServingParts | undefined
+  /** Settles once the serving parts are open and the services run; every request waits for it. */
+  #serving: Promise<void> | undefined
   #blockViews: Promise<BlockViews> | undefined
-  #settler: MemorySettler | undefined
-  #reclaimer: MemoryReclaimer | undefined
-  #pageCopies: PageCopyDropper | undefined
   #server: ControlServer | undefined
   #keeper: HeldConnections | undefined
   readonly #services: DaemonService[] = []
@@ -149,8 +134,16 @@ export class LayerdDaemon {
     this.config = config
   }
 
-  get mounts (): MountManager { return this.#mounts! }
+  get mounts (): MountManager { return this.#parts!.mounts }
 
+  /**
+   * Take the home's lock, listen on the control socket, then load and open
+   * the serving parts (serving-parts.ts: database, cache, stores, mounts),
+   * recover mounts and start the services. The socket accepts connections
+   * from the moment it listens; their requests wait until the daemon
+   * serves. Async; resolves once it serves; throws AlreadyRunningError, or
+   * what opening the home or a service threw (after stopping).
+   */
   async start (): Promise<void> {
     const { home, log } = this.config
     // Where a start's time goes (issue 19's failover stall): ms since the process began, at each phase's end.
@@ -158,6 +151,7 @@ export class LayerdDaemon {
     const mark = (name: string): void => { phases.push(`${name} ${Math.round(performance.now())}`) }
     ensureHomeDir(home)
     const preload = async (): Promise<void> => {
+      await loadServingModules()
       for (const load of this.config.preload ?? []) {
         try { await load() } catch (err) { log(`preloading a service: ${(err as Error).message}`) }
       }
@@ -176,74 +170,68 @@ export class LayerdDaemon {
       // A planned restart starts this daemon while the old one still serves: build the kept connections' trees and tables now,
       // so that once the old one has gone only the attach is left; then say it has loaded, and wait for the old one to go.
       const records = readConnectionRecords(home, log)
-      if (records.length > 0) await preload()
-      prepared = await PreparedTakeovers.prepare(records,
-        loc => openStore(loc.store, { retry: { deadlineMs: PREPARE_RETRY_DEADLINE_MS }, ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint }) }),
-        log, async mountpoint => (await mountedFsType(mountpoint))?.startsWith('fuse') === true)
+      if (records.length > 0) {
+        await preload()
+        prepared = await prepareTakeovers(records, log)
+      }
       mark('prepare')
       try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
       this.#servePriority()
     }
     this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? (store?.kind === 'holder' ? HANDOVER_LOCK_WAIT_MS : 0))
     mark('lock')
+    let served!: () => void
+    let failed!: (err: unknown) => void
+    this.#serving = new Promise<void>((resolve, reject) => { served = resolve; failed = reject })
+    this.#serving.catch(() => {}) // the requests that wait see it; start() throws it
     try {
       this.#lock.writePidFile()
       const started = performance.now()
       this.#keeper = store === undefined ? undefined : HeldConnections.open(home, store, log)
       mark('fds')
-      this.#db = openNodeDb(home)
-      mark('db')
-      expectRejections(isLmdbCommitEcho)
-      // layerd's own copies of image data leave the page cache while the reclaimer is over its target (page-copies.ts).
-      const copies = new PageCopyDropper({ active: () => this.#reclaimer?.overTarget === true, cacheFile: join(home, 'cache', 'data.mdb'), log })
-      this.#pageCopies = copies
-      this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log, afterCommit: copies.afterCacheCommit })
-      mark('cache')
-      this.#stores = new StorePool(this.#cache, log, { afterRead: copies.afterStoreRead })
-      this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
-        ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...(prepared === undefined ? {} : { prepared })
+      // Listen first: a client's connect and first request need not wait for the code below to load (layerctl's own start overlaps it).
+      this.#server = new ControlServer(this.#handlers(), log)
+      await this.#server.listen(socketPath(home))
+      mark('listen')
+      const { openServingParts } = await loadServingModules()
+      mark('modules')
+      const parts = openServingParts({
+        home, cacheBytes: this.config.cacheBytes, memoryTarget: this.config.memoryTarget ?? 'default', log, mark,
+        ...(this.config.mounts === undefined ? {} : { mounts: this.config.mounts }),
+        ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...(prepared === undefined ? {} : { prepared })
       })
-      const cache = this.#cache
-      this.#settler = new MemorySettler({
-        activity: () => { const s = cache.stats(); return s.hits + s.misses },
-        mappedFiles: () => [cache.mapFile],
-        log
-      })
-      this.#settler.onRelease(() => cache.releaseMemory())
-      this.#settler.onRelease(() => releaseReadBuffers())
-      this.#reclaimer = this.#startReclaimer(cache.mapFile)
+      this.#parts = parts
       mark('open')
       const kept = this.#keeper?.availableCount ?? 0
-      const { cleaned, restored, adopted } = await this.#mounts.recover(this.config.restoreMounts)
+      const { cleaned, restored, adopted } = await parts.mounts.recover(this.config.restoreMounts)
       if (cleaned > 0 || kept > 0) {
         log(`recovered ${cleaned} mount(s) left by an earlier daemon; ${restored} mounted again; took over ${adopted} image(s) on ${kept} kept FUSE connection(s), ${Math.round(performance.now() - started)} ms after the lock` +
           (prepared === undefined ? '' : `; used the trees and tables of ${prepared.taken} of ${prepared.count} connection(s), built ahead in ${prepared.ms} ms before the lock`))
       }
       mark('recover')
-      await this.config.sweepAtStart?.(this.#db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
+      await this.config.sweepAtStart?.(parts.db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
       mark('sweep')
-      // The services (containerd's snapshotter) listen before the control socket does and before the holder hears
-      // that this daemon serves: whoever sees layerd answer (layerctl, `daemon restart`) finds their sockets up too.
+      // The services (containerd's snapshotter) start before the holder hears that this daemon serves, and before
+      // the control socket answers: whoever is answered (layerctl, `daemon restart`) finds their sockets up too.
       for (const start of this.config.services ?? []) {
-        this.#services.push(await start({ home, db: this.#db, mounts: this.#mounts, stores: this.#stores, log }))
+        this.#services.push(await start({ home, db: parts.db, mounts: parts.mounts, stores: parts.stores, log }))
       }
       // Only now: a service (containerd's snapshotter) takes over the kept connections of its own mounts as it recovers.
-      await this.#mounts.releaseUntakenConnections()
+      await parts.mounts.releaseUntakenConnections()
       mark('services')
-      this.#server = new ControlServer(this.#handlers(), log)
-      await this.#server.listen(socketPath(home))
+      served()
       this.#keeper?.ready()
-      mark('listen')
       log(`start phases (ms since the process began): ${phases.join(', ')}`)
-      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${this.#cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
+      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${parts.cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
       if (this.config.metricsAddr !== undefined) {
-        const db = this.#db
         // prom-client and the registry are loaded only when metrics are on (idle RSS).
         const { createDaemonRegistry, serveMetrics } = await import('../metrics/daemon-metrics.js')
-        const registry = createDaemonRegistry({ nodeStats: () => this.#nodeStats(), sandboxes: () => this.config.sandboxStates?.(db) ?? [] })
+        const registry = createDaemonRegistry({ nodeStats: () => this.#nodeStats(), sandboxes: () => this.config.sandboxStates?.(parts.db) ?? [] })
         this.#metrics = await serveMetrics(registry, this.config.metricsAddr, log)
       }
     } catch (err) {
+      failed(err)
+      await new Promise(resolve => setImmediate(resolve)) // the requests that waited are answered with it before the socket closes
       await this.stop()
       throw err
     }
@@ -262,7 +250,7 @@ export class LayerdDaemon {
    */
   warmStore (loc: StoreLocation): void {
     try {
-      const { store } = this.#stores!.get(loc)
+      const { store } = this.#parts!.stores.get(loc)
       if (store.remote === true) void store.warm?.()
     } catch (err) {
       this.config.log(`cannot open the node's store ${loc.store}: ${(err as Error).message}`)
@@ -275,13 +263,7 @@ export class LayerdDaemon {
       await this.#server?.close()
       await this.#metrics?.close()
       for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
-      this.#settler?.close()
-      this.#reclaimer?.close()
-      await this.#mounts?.unmountAll()
-      await this.#stores?.close()
-      await this.#cache?.close()
-      await this.#pageCopies?.idle() // a drop its last commits asked for: before the home's lock goes
-      this.#db?.close()
+      await this.#parts?.close()
       rmSync(socketPath(this.config.home), { force: true })
       this.#lock?.release()
     })()
@@ -314,44 +296,56 @@ export class LayerdDaemon {
   /** Who keeps the FUSE connections: 'holder', 'systemd', or null (they die with this daemon). */
   get keptBy (): 'holder' | 'systemd' | null { return this.#keeper?.store.kind ?? null }
 
-  /** The control API (control-protocol.ts): params arrive checked against the map. */
+  /**
+   * The control API (control-protocol.ts): params arrive checked against the
+   * map. Every method, `ping` too, first waits until the daemon serves
+   * (start()), and fails with start's error if it does not: a client that is
+   * answered finds the mounts recovered and the services' sockets up (the
+   * holder and the takeover tests count a layerd as serving from its first
+   * answer, and restart one killed before it served with a backoff).
+   */
   #handlers (): ControlHandlers {
-    const mounts = this.#mounts!
-    return {
-      ping: async () => ({ pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy }),
-      mount: async p => await mounts.mount(p),
-      umount: async p => { await mounts.unmount(p.mountpoint); return {} },
-      mounts: async () => mounts.list(),
-      image: async p => await mounts.shared(p),
-      blockView: async p => await (await this.#loadBlockViews()).ensure(p),
-      stats: async p => p.mountpoint === undefined
-        ? this.#nodeStats()
-        : { ...mounts.stats(p.mountpoint), cache: this.#cache!.stats() },
+    const serving = async (): Promise<ServingParts> => { await this.#serving; return this.#parts! }
+    const handlers: ControlHandlers = {
+      ping: async () => { await serving(); return { pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy } },
+      mount: async p => await (await serving()).mounts.mount(p),
+      umount: async p => { await (await serving()).mounts.unmount(p.mountpoint); return {} },
+      mounts: async () => (await serving()).mounts.list(),
+      image: async p => await (await serving()).mounts.shared(p),
+      blockView: async p => { await serving(); return await (await this.#loadBlockViews()).ensure(p) },
+      stats: async p => {
+        const { mounts, cache } = await serving()
+        return p.mountpoint === undefined ? this.#nodeStats() : { ...mounts.stats(p.mountpoint), cache: cache.stats() }
+      },
       prefetch: async p => {
-        const { chunks, traced, done } = mounts.prefetch(p.mountpoint)
+        const { chunks, traced, done } = (await serving()).mounts.prefetch(p.mountpoint)
         return p.wait === true ? { chunks, traced, ...(await done) } : { chunks, traced, started: true }
       },
-      publishTrace: async p => await mounts.publishTrace(p),
+      publishTrace: async p => await (await serving()).mounts.publishTrace(p),
       sandboxCreated: async p => {
         if (!/^[a-z][a-z0-9-]{0,31}$/.test(p.tier)) throw new BadRequestError(`sandboxCreated: tier ${JSON.stringify(p.tier).slice(0, 60)} is not a tier name`)
         if (!observeSandboxCreate(p.tier, p.seconds)) this.config.log(`sandboxCreated: more than ${MAX_SANDBOX_TIERS} tiers reported; ${p.tier} not recorded`)
         return {}
       },
-      gcNode: async p => await collectNode({
-        db: this.#db!, cache: this.#cache!, store: this.#stores!.get(p).store, liveManifests: mounts.liveManifests(), sharedDir: mounts.sharedDir, log: this.config.log
-      }, { dryRun: p.dryRun === true }),
-      pull: async p => await this.#pull(p),
-      export: async p => await this.#export(p),
-      containerdPull: async p => await this.#serviceHandler('containerdPull', 'no containerd snapshotter runs in this layerd')(p),
+      gcNode: async p => {
+        const { db, cache, stores, mounts } = await serving()
+        const { collectNode } = await import('./node-gc.js')
+        return await collectNode({ db, cache, store: stores.get(p).store, liveManifests: mounts.liveManifests(), sharedDir: mounts.sharedDir, log: this.config.log }, { dryRun: p.dryRun === true })
+      },
+      pull: async p => await this.#pull(await serving(), p),
+      export: async p => await this.#export(await serving(), p),
+      containerdPull: async p => { await serving(); return await this.#serviceHandler('containerdPull', 'no containerd snapshotter runs in this layerd')(p) },
       memory: async p => {
-        if (p.settle === true) await this.#settler!.settle()
+        const { settler, reclaimer } = await serving()
+        if (p.settle === true) await settler.settle()
         if (p.reclaim === true) {
-          if (this.#reclaimer === undefined) throw new UsageError('memory reclaim: reclaim is off in this daemon (--memory-target off)')
-          await this.#reclaimer.reclaim(0, true) // now: every file read since the last pass loses its page cache
+          if (reclaimer === undefined) throw new UsageError('memory reclaim: reclaim is off in this daemon (--memory-target off)')
+          await reclaimer.reclaim(0, true) // now: every file read since the last pass loses its page cache
         }
         return this.#memory()
       },
       shutdown: async () => {
+        await serving().catch(() => {}) // a failed start stops by itself
         setImmediate(() => {
           this.stop().then(() => process.exit(LAYERD_EXIT.OK), err => {
             this.config.log(`shutdown failed: ${(err as Error)?.stack ?? String(err)}`)
@@ -361,6 +355,7 @@ export class LayerdDaemon {
         return {}
       }
     }
+    return handlers
   }
 
   /** The running service's handler of `method`, or one that throws UnsupportedError saying `missing`. */
@@ -374,15 +369,17 @@ export class LayerdDaemon {
 
   /** Node-wide figures: what `stats` without a mountpoint answers, and what /metrics reads. */
   #nodeStats (): NodeStats {
-    return { cache: this.#cache!.stats(), fetch: this.#stores!.fetchTotals(), mounts: this.#mounts!.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory(), sandboxCreates: Object.fromEntries([...sandboxCreates].map(([tier, h]) => [tier, { count: h.count, sumSeconds: h.sum }])) }
+    const { cache, stores, mounts } = this.#parts!
+    return { cache: cache.stats(), fetch: stores.fetchTotals(), mounts: mounts.list().length, daemon: { pid: process.pid, unhandledRejections: unhandledRejectionCount(), expectedRejections: expectedRejectionCount() }, memory: this.#memory(), sandboxCreates: Object.fromEntries([...sandboxCreates].map(([tier, h]) => [tier, { count: h.count, sumSeconds: h.sum }])) }
   }
 
   /** The metrics server's port (0-port configs bind an ephemeral one), or undefined when off. */
   get metricsPort (): number | undefined { return this.#metrics?.port }
 
-  async #pull (p: ControlParams<'pull'>): Promise<PullResult> {
-    const { store, fetcher } = this.#stores!.get(p)
-    const image = await loadImage(store, p.image, { cache: this.#cache! })
+  async #pull (parts: ServingParts, p: ControlParams<'pull'>): Promise<PullResult> {
+    const { store, fetcher } = parts.stores.get(p)
+    const [{ loadImage }, { allChunks }] = await Promise.all([import('../image/load-image.js'), import('./image-chunks.js')])
+    const image = await loadImage(store, p.image, { cache: parts.cache })
     const result = { manifest: image.digest, layers: image.tocs.length, metadataBytes: image.fetchedBytes, chunks: 0, fetchedBytes: 0, failed: 0 }
     if (p.all === true) {
       const before = fetcher.stats.fetchedBytes
@@ -395,42 +392,49 @@ export class LayerdDaemon {
     return result
   }
 
-  async #export (p: ControlParams<'export'>): Promise<ExportResult> {
+  async #export (parts: ServingParts, p: ControlParams<'export'>): Promise<ExportResult> {
     if ((p.tarFile === undefined) === (p.directory === undefined)) {
       throw new BadRequestError(`control request export: exactly one of params.tarFile and params.directory is needed, got ${p.tarFile === undefined ? 'neither' : 'both'}`)
     }
     const target: ExportTarget = p.tarFile !== undefined ? { tarFile: p.tarFile } : { directory: p.directory! }
-    const { store, fetcher } = this.#stores!.get(p)
-    const image = await loadImage(store, p.image, { cache: this.#cache! })
+    const { store, fetcher } = parts.stores.get(p)
+    const { loadImage } = await import('../image/load-image.js')
+    const image = await loadImage(store, p.image, { cache: parts.cache })
     const before = fetcher.stats.fetchedBytes
     // Loaded on first use, like the block views: an idle daemon holds none of the export code (issue 14).
     const { exportImage } = await import('../materialize/export-image.js')
     let result
-    try { result = await exportImage(image, fetcher, target) } finally { this.#settler!.touch() }
+    try { result = await exportImage(image, fetcher, target) } finally { parts.settler.touch() }
     return { manifest: image.digest, ...result, fetchedBytes: fetcher.stats.fetchedBytes - before }
   }
 
   /** The daemon's memory and its settler's counters (`stats`, `memory`). */
   #memory (): DaemonMemoryResult {
-    return { ...readDaemonMemory(), settle: { ...this.#settler!.stats }, ...(this.#reclaimer === undefined ? {} : { reclaim: { ...this.#reclaimer.stats, ...this.#pageCopies!.stats } }) }
-  }
-
-  /** The reclaimer for config.memoryTarget (undefined when off), with this daemon's settle and cache file. */
-  #startReclaimer (cacheFile: string): MemoryReclaimer | undefined {
-    const target = this.config.memoryTarget ?? 'default'
-    if (target === null) return undefined
-    const gauge = memoryGauge()
-    const targetBytes = target === 'default' ? Math.floor(gauge.read().limitBytes / 2) : target
-    this.config.log(`memory: reclaim above ${Math.round(targetBytes / 2 ** 20)} MiB (${gauge.source})`)
-    const cache = this.#cache!
-    const decodedCacheBytes = cache.decodedCacheBytes
-    return new MemoryReclaimer({ gauge, targetBytes, settle: async () => { await this.#settler!.settle(); this.#pageCopies?.dropStoreReadahead() }, collect: () => this.#settler!.collect(), overTargetChanged: over => { cache.decodedCacheBytes = over ? Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES) : decodedCacheBytes }, cacheFiles: () => [cacheFile], log: this.config.log })
+    const { settler, reclaimer, pageCopies } = this.#parts!
+    return { ...readDaemonMemory(), settle: { ...settler.stats }, ...(reclaimer === undefined ? {} : { reclaim: { ...reclaimer.stats, ...pageCopies.stats } }) }
   }
 
   /** The block views, their module (ext4 builder, push) loaded on first use. */
   async #loadBlockViews (): Promise<BlockViews> {
     this.#blockViews ??= import('./block-views.js').then(({ BlockViews }) =>
-      new BlockViews(this.#mounts!, this.#stores!, this.#cache!, this.#db!, join(this.config.home, 'tmp'), this.config.log))
+      new BlockViews(this.#parts!.mounts, this.#parts!.stores, this.#parts!.cache, this.#parts!.db, join(this.config.home, 'tmp'), this.config.log))
     return await this.#blockViews
   }
+}
+
+/** The serving parts' code (most of the daemon's modules and its addons), loaded once. Async. */
+async function loadServingModules (): Promise<typeof import('./serving-parts.js')> {
+  servingModules ??= import('./serving-parts.js')
+  return await servingModules
+}
+let servingModules: Promise<typeof import('./serving-parts.js')> | undefined
+
+/** A planned restart's trees and tables of the kept connections, built before the lock (prepared-takeovers.ts). Async. */
+async function prepareTakeovers (records: ReturnType<typeof readConnectionRecords>, log: (line: string) => void): Promise<PreparedTakeovers> {
+  const [{ PreparedTakeovers }, { openStore }, { mountedFsType }] = await Promise.all([
+    import('./prepared-takeovers.js'), import('../store/open-store.js'), import('../fs/fuse-binding.js')
+  ])
+  return await PreparedTakeovers.prepare(records,
+    loc => openStore(loc.store, { retry: { deadlineMs: PREPARE_RETRY_DEADLINE_MS }, ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint }) }),
+    log, async mountpoint => (await mountedFsType(mountpoint))?.startsWith('fuse') === true)
 }
