@@ -26,10 +26,10 @@ function filesUnder (dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true, recursive: true }).filter(e => e.isFile()).map(e => join(e.parentPath, e.name))
 }
 
-async function setup (t: Test, active: boolean): Promise<{ dropper: PageCopyDropper, cache: LmdbChunkCache, store: FsObjectStore, storeDir: string, lines: string[] }> {
+async function setup (t: Test, active: boolean | (() => boolean)): Promise<{ dropper: PageCopyDropper, cache: LmdbChunkCache, store: FsObjectStore, storeDir: string, lines: string[] }> {
   const dir = t.testdir()
   const lines: string[] = []
-  const dropper = new PageCopyDropper({ active: () => active, cacheFile: join(dir, 'cache', 'data.mdb'), log: line => lines.push(line) })
+  const dropper = new PageCopyDropper({ active: typeof active === 'function' ? active : () => active, cacheFile: join(dir, 'cache', 'data.mdb'), log: line => lines.push(line) })
   const cache = LmdbChunkCache.open(join(dir, 'cache'), { writeDelayMs: 1, afterCommit: dropper.afterCacheCommit })
   const store = new FsObjectStore(join(dir, 'store'), { afterRead: dropper.afterStoreRead }) // put fsyncs: clean pages, as a store's are
   t.teardown(async () => { await dropper.idle(); await cache.close(); await store.close() })
@@ -58,6 +58,29 @@ t.test('`PageCopyDropper` drops a store range read and the chunk cache pages a c
   t.ok(dropper.stats.cacheFileDrops >= 1, 'a commit led to a drop')
   t.ok(resident(cache.mapFile) < MIB, `data.mdb left the page cache (${resident(cache.mapFile)} bytes resident, 4 MiB written)`)
   t.ok(chunks.every(c => cache.get(sha(c))?.equals(c) === true), 'every chunk reads back, byte for byte')
+  t.same(lines, [], 'nothing failed')
+})
+
+t.test('`PageCopyDropper` turns a store file\'s readahead off while active, and back on once inactive', async t => {
+  let active = true
+  const { dropper, store, storeDir, lines } = await setup(t, () => active)
+  const blob = randomBytes(16 * MIB)
+  await store.put('blobs/one', blob)
+  const [blobFile] = filesUnder(storeDir)
+  const KIB64 = 64 * 1024
+  const settled = async (): Promise<number> => { await new Promise(resolve => setTimeout(resolve, 100)); return resident(blobFile!) }
+  await store.getRange('blobs/one', 0, KIB64) // the file's first read: readahead still on for it
+  dropper.dropStoreReadahead()
+  t.equal(resident(blobFile!), 0, 'nothing of the file left after the first read and the settle\'s drop')
+  // The next range right after it: a sequential read, which the kernel would read far ahead of.
+  t.ok((await store.getRange('blobs/one', KIB64, KIB64)).equals(blob.subarray(KIB64, 2 * KIB64)), 'the range reads back')
+  t.equal(await settled(), 0, 'while active a read brings in only its own range (then dropped): nothing read ahead')
+  dropper.dropStoreReadahead()
+  active = false
+  await store.getRange('blobs/one', 2 * KIB64, KIB64) // the first read once inactive turns readahead back on after it
+  t.ok((await store.getRange('blobs/one', 3 * KIB64, KIB64)).equals(blob.subarray(3 * KIB64, 4 * KIB64)), 'the range reads back')
+  const ahead = await settled()
+  t.ok(ahead > 2 * KIB64, `once inactive the kernel reads ahead again (${ahead} bytes resident after reading ${2 * KIB64})`)
   t.same(lines, [], 'nothing failed')
 })
 

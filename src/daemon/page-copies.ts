@@ -5,9 +5,14 @@
  * (the image file's page cache on the mount), not three times:
  *   - the store's copy: a file:// store's range that the fetcher read once is
  *     in the chunk cache from then on; its pages are dropped right after the
- *     read (POSIX_FADV_DONTNEED on that range), and what the kernel read
- *     ahead of it at the reclaimer's next settle (dropStoreReadahead()). An
- *     S3 store has none;
+ *     read (POSIX_FADV_DONTNEED on that range), and the file's later reads
+ *     through that open file read no more than they ask (POSIX_FADV_RANDOM:
+ *     no readahead; this disk reads 8 MiB ahead, and in bench/node-memory.ts
+ *     the readahead of the store's files stood at up to ~25 MB of the cold
+ *     wave between two settles). What the kernel read ahead of the first read
+ *     goes at the reclaimer's next settle (dropStoreReadahead()). Once under
+ *     the target, a file's next read turns readahead back on
+ *     (POSIX_FADV_NORMAL). An S3 store has none;
  *   - the chunk cache's copy: lmdb's pages that a commit wrote. They are
  *     dirty (the cache runs with noSync) and FADV_DONTNEED skips dirty pages,
  *     so a commit is followed, 1 s later (hits on a chunk just written come
@@ -48,6 +53,8 @@ export class PageCopyDropper {
   #dropping: Promise<void> | undefined
   #again = false
   readonly #storeFiles = new Set<string>()
+  /** Store fds whose readahead is off (POSIX_FADV_RANDOM), to turn back on once under the target. */
+  readonly #randomFds = new Set<number>()
   readonly stats: PageCopyStats = { storeReadsDropped: 0, storeBytesDropped: 0, cacheFileDrops: 0 }
 
   constructor (options: PageCopyDropperOptions) {
@@ -56,7 +63,12 @@ export class PageCopyDropper {
 
   /** A file store read `length` bytes at `offset` of `path`, open as `fd` (FsObjectStoreOptions.afterRead). Sync; never throws. */
   readonly afterStoreRead = (path: string, fd: number, offset: number, length: number): void => {
-    if (length === 0 || !this.#o.active()) return
+    if (!this.#o.active()) {
+      if (this.#randomFds.delete(fd)) this.#advise(fd, false)
+      return
+    }
+    if (!this.#randomFds.has(fd) && this.#advise(fd, true)) this.#randomFds.add(fd)
+    if (length === 0) return
     try {
       // The range's pages, rounded out (the kernel drops only whole pages in the range, and a chunk's range rarely
       // starts or ends on one); what it read ahead serves the next range and is dropped by dropStoreReadahead().
@@ -67,6 +79,17 @@ export class PageCopyDropper {
       this.stats.storeBytesDropped += length
     } catch (err) {
       this.#o.log(`reclaim: cannot drop a store read's pages: ${(err as Error).message}`)
+    }
+  }
+
+  /** Readahead off (`random`) or back on for the open store file `fd`. True when the kernel took it; logs failures. */
+  #advise (fd: number, random: boolean): boolean {
+    try {
+      nativeMemory().fadviseRandom(fd, random)
+      return true
+    } catch (err) {
+      this.#o.log(`reclaim: cannot turn the store file's readahead ${random ? 'off' : 'on'}: ${(err as Error).message}`)
+      return false
     }
   }
 
