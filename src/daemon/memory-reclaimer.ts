@@ -90,7 +90,8 @@ const DEFAULT_COLLECT_CHECK_MS = 50
 export class MemoryReclaimer {
   readonly #o: Required<Omit<MemoryReclaimerOptions, 'log' | 'collect' | 'overTargetChanged'>> & Pick<MemoryReclaimerOptions, 'overTargetChanged'> & { log: (line: string) => void, collect: () => void }
   readonly #timer: NodeJS.Timeout
-  readonly #collectTimer: NodeJS.Timeout
+  /** Runs only while over the target. */
+  #collectTimer: NodeJS.Timeout | undefined
   #running: Promise<void> | undefined
   #lastSettle = -Infinity
   #overTarget = false
@@ -112,8 +113,6 @@ export class MemoryReclaimer {
     this.stats = { targetBytes: options.targetBytes, gauge: options.gauge.source, passes: 0, filesDropped: 0, collections: 0 }
     this.#timer = setInterval(() => this.#check(), this.#o.intervalMs)
     this.#timer.unref()
-    this.#collectTimer = setInterval(() => this.#collectIfGrown(), this.#o.collectCheckMs)
-    this.#collectTimer.unref()
   }
 
   /** True when `reading` calls for a pass. */
@@ -131,10 +130,21 @@ export class MemoryReclaimer {
     const over = reading.usedBytes > this.#o.targetBytes
     if (over !== this.#overTarget) {
       this.#overTarget = over
+      this.#watchGrowth(over)
       try { this.#o.overTargetChanged?.(over) } catch (err) { this.#o.log(`reclaim: ${(err as Error).message}`) }
     }
     // Image files' page cache only under a stall: over a mere target it is the sandboxes' working set, and dropping it costs them hot reads.
     if (this.underPressure(reading)) void this.#start(this.#o.coldMs, false, (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold)
+  }
+
+  /** The growth look's timer: on while over the target, off under it. */
+  #watchGrowth (on: boolean): void {
+    clearInterval(this.#collectTimer)
+    this.#collectTimer = undefined
+    this.#anonBase = Infinity
+    if (!on) return
+    this.#collectTimer = setInterval(() => this.#collectIfGrown(), this.#o.collectCheckMs)
+    this.#collectTimer.unref()
   }
 
   /** While over the target: a collection once anonymous memory grew by collectGrowthBytes over its low point since the last one. */
