@@ -198,7 +198,7 @@ export class LayerdDaemon {
       this.#pageCopies = copies
       this.#cache = LmdbChunkCache.open(join(home, 'cache'), { capBytes: this.config.cacheBytes, log, afterCommit: copies.afterCacheCommit })
       mark('cache')
-      this.#stores = new StorePool(this.#cache, log, { afterRead: copies.afterStoreRead })
+      this.#stores = new StorePool(this.#cache, log, { afterRead: copies.afterStoreRead, beforeRead: copies.beforeStoreRead })
       this.#mounts = new MountManager(this.#db, this.#cache, this.#stores, log, join(home, 'images'), {
         ...this.config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...(prepared === undefined ? {} : { prepared })
       })

@@ -5,14 +5,14 @@
  * (the image file's page cache on the mount), not three times:
  *   - the store's copy: a file:// store's range that the fetcher read once is
  *     in the chunk cache from then on; its pages are dropped right after the
- *     read (POSIX_FADV_DONTNEED on that range), and the file's later reads
- *     through that open file read no more than they ask (POSIX_FADV_RANDOM:
- *     no readahead; this disk reads 8 MiB ahead, and in bench/node-memory.ts
- *     the readahead of the store's files stood at up to ~25 MB of the cold
- *     wave between two settles). What the kernel read ahead of the first read
- *     goes at the reclaimer's next settle (dropStoreReadahead()). Once under
- *     the target, a file's next read turns readahead back on
- *     (POSIX_FADV_NORMAL). An S3 store has none;
+ *     read (POSIX_FADV_DONTNEED on that range), and each read reads no more
+ *     than it asks (POSIX_FADV_RANDOM on the open file before the read: no
+ *     readahead; this disk reads 8 MiB ahead, a blob is ~16 MiB, and in
+ *     bench/node-memory.ts the readahead of the store's files stood at
+ *     20–34 MB of the cold wave between two settles). What is left goes at
+ *     the reclaimer's next settle (dropStoreReadahead()). Once under the
+ *     target, a file's next read turns readahead back on (POSIX_FADV_NORMAL).
+ *     An S3 store has none;
  *   - the chunk cache's copy: lmdb's pages that a commit wrote. They are
  *     dirty (the cache runs with noSync) and FADV_DONTNEED skips dirty pages,
  *     so a commit is followed, 1 s later (hits on a chunk just written come
@@ -62,13 +62,15 @@ export class PageCopyDropper {
   }
 
   /** A file store read `length` bytes at `offset` of `path`, open as `fd` (FsObjectStoreOptions.afterRead). Sync; never throws. */
-  readonly afterStoreRead = (path: string, fd: number, offset: number, length: number): void => {
+  /** A file store is about to read from `path`, open as `fd` (FsObjectStoreOptions.beforeRead): readahead off while active, back on once not. Sync; never throws. */
+  readonly beforeStoreRead = (_path: string, fd: number): void => {
     if (!this.#o.active()) {
       if (this.#randomFds.delete(fd)) this.#advise(fd, false)
-      return
-    }
-    if (!this.#randomFds.has(fd) && this.#advise(fd, true)) this.#randomFds.add(fd)
-    if (length === 0) return
+    } else if (!this.#randomFds.has(fd) && this.#advise(fd, true)) this.#randomFds.add(fd)
+  }
+
+  readonly afterStoreRead = (path: string, fd: number, offset: number, length: number): void => {
+    if (length === 0 || !this.#o.active()) return
     try {
       // The range's pages, rounded out (the kernel drops only whole pages in the range, and a chunk's range rarely
       // starts or ends on one); what it read ahead serves the next range and is dropped by dropStoreReadahead().
