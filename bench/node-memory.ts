@@ -115,7 +115,21 @@ interface SideResult {
   cgroupAtEndBytes: number
   cacheFileResidentBytes: number
   /** Once a second: where the side's memory is (MB), to see what the peak is made of. */
-  timeline: Array<{ s: number, usage: number, daemonCache: number, sandboxCache: number, daemonRss: number, sandboxRss: number, mdb: number, store: number, hits: number, misses: number }>
+  timeline: Array<{ s: number, usage: number, daemonCache: number, sandboxCache: number, daemonRss: number, sandboxRss: number, mdb: number, store: number, hits: number, misses: number, daemon: DaemonView }>
+}
+
+/** layerd's own view of its memory at a timeline tick (MB): V8's ArrayBuffers and heap, glibc's bytes in use and free in its arenas, RssAnon. */
+interface DaemonView { rssAnon: number, arrayBuffers: number, heapUsed: number, mallocInUse: number, mallocFree: number, mallocMmap: number }
+
+function daemonView (m: DaemonMemoryResult | undefined): DaemonView {
+  return {
+    rssAnon: (m?.rssAnonBytes ?? NaN) / MB,
+    arrayBuffers: (m?.v8.arrayBufferBytes ?? NaN) / MB,
+    heapUsed: (m?.v8.heapUsedBytes ?? NaN) / MB,
+    mallocInUse: (m?.malloc?.inUseBytes ?? NaN) / MB,
+    mallocFree: (m?.malloc?.freeBytes ?? NaN) / MB,
+    mallocMmap: (m?.malloc?.mmapBytes ?? NaN) / MB
+  }
 }
 
 /** Bytes of `files` in the page cache (fincore); 0 for none. */
@@ -198,9 +212,14 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
   const timeline: SideResult['timeline'] = []
   const t0 = performance.now()
   let counts = { hits: 0, misses: 0 }
+  let daemon = daemonView(undefined)
   let statsClient: ControlClient | undefined
   const timelineTimer = setInterval(() => {
-    statsClient?.call('stats', {}).then(s => { const c = (s as { cache: { hits: number, misses: number } }).cache; counts = { hits: c.hits, misses: c.misses } }, () => {})
+    statsClient?.call('stats', {}).then(s => {
+      const { cache: c, memory } = s as { cache: { hits: number, misses: number }, memory: DaemonMemoryResult }
+      counts = { hits: c.hits, misses: c.misses }
+      daemon = daemonView(memory)
+    }, () => {})
     try {
       const stat = readFileSync(join(cgroupDir, 'memory.stat'), 'utf8')
       const field = (n: string): number => Number(new RegExp(`^${n} (\\d+)`, 'm').exec(stat)?.[1] ?? NaN) / MB
@@ -214,7 +233,8 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
         sandboxRss: field('total_rss') - field('rss'),
         mdb: existsSync(mdbPath) ? residentBytes([mdbPath]) / MB : 0,
         store: residentBytes(storeFiles) / MB,
-        ...counts
+        ...counts,
+        daemon
       })
     } catch {}
   }, 1000)

@@ -12,6 +12,7 @@
 //   unmapCleanFilePages(): number   MADV_DONTNEED on private read-only file maps with no private copy (our text)
 //   adviseMappedFile(path, advice)  madvise(DONTNEED | COLD | PAGEOUT) on read-only shared maps of path
 //   fadviseDontNeed(fd, off, len)   POSIX_FADV_DONTNEED
+//   fadviseRandom(fd, random)       POSIX_FADV_RANDOM (no readahead on this open file) or back to POSIX_FADV_NORMAL
 // Every function is synchronous; failures throw an Error with a Node-style `code`.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -196,6 +197,21 @@ static napi_value js_fadvise_dontneed(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static napi_value js_fadvise_random(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  int32_t fd = -1;
+  bool random = false;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 2 ||
+      napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0 || napi_get_value_bool(env, argv[1], &random) != napi_ok) {
+    napi_throw_type_error(env, NULL, "fadviseRandom(fd, random): a non-negative fd and a boolean");
+    return NULL;
+  }
+  int err = posix_fadvise(fd, 0, 0, random ? POSIX_FADV_RANDOM : POSIX_FADV_NORMAL);
+  if (err != 0) return throw_code(env, err, random ? "posix_fadvise(POSIX_FADV_RANDOM)" : "posix_fadvise(POSIX_FADV_NORMAL)");
+  return NULL;
+}
+
 void memory_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "mallocStats", 0, js_malloc_stats, 0, 0, 0, napi_default, 0 },
@@ -205,6 +221,7 @@ void memory_register(napi_env env, napi_value exports) {
     { "unmapCleanFilePages", 0, js_unmap_clean_file_pages, 0, 0, 0, napi_default, 0 },
     { "adviseMappedFile", 0, js_advise_mapped_file, 0, 0, 0, napi_default, 0 },
     { "fadviseDontNeed", 0, js_fadvise_dontneed, 0, 0, 0, napi_default, 0 },
+    { "fadviseRandom", 0, js_fadvise_random, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

@@ -46,6 +46,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   unmapCleanFilePages? (): number
   adviseMappedFile? (path: string, advice: number): number
   fadviseDontNeed? (fd: number, offset: number, length: number): void
+  fadviseRandom? (fd: number, random: boolean): void
   lstatEntry? (path: string, out: Float64Array): string[]
 }
 
@@ -91,6 +92,8 @@ export interface NativeMemory {
   adviseMappedFile: (path: string, advice: MappedFileAdvice) => number
   /** posix_fadvise(POSIX_FADV_DONTNEED): drop the clean page cache of a range of an open file (length 0: to its end). */
   fadviseDontNeed: (fd: number, offset: number, length: number) => void
+  /** posix_fadvise(POSIX_FADV_RANDOM) on all of an open file: the kernel reads no more than each read asks (no readahead) through this open file; `false`: POSIX_FADV_NORMAL again. */
+  fadviseRandom: (fd: number, random: boolean) => void
 }
 
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
@@ -280,7 +283,7 @@ export function flock (fd: number, operation: number): boolean {
 /** The addon's malloc and page-cache calls. Sync; throws UnsupportedError when the addon is missing or older than version 7. */
 export function nativeMemory (): NativeMemory {
   const b = load()
-  if (b.mallocStats === undefined || b.mallocTrim === undefined || b.mallocArenaMax === undefined || b.mallocMmapThreshold === undefined || b.unmapCleanFilePages === undefined || b.adviseMappedFile === undefined || b.fadviseDontNeed === undefined) {
+  if (b.mallocStats === undefined || b.mallocTrim === undefined || b.mallocArenaMax === undefined || b.mallocMmapThreshold === undefined || b.unmapCleanFilePages === undefined || b.adviseMappedFile === undefined || b.fadviseDontNeed === undefined || b.fadviseRandom === undefined) {
     throw new UnsupportedError('layerd native addon lacks some memory calls (built before this checkout): run `npm run build`')
   }
   return {
@@ -290,7 +293,8 @@ export function nativeMemory (): NativeMemory {
     mallocMmapThreshold: b.mallocMmapThreshold.bind(b),
     unmapCleanFilePages: b.unmapCleanFilePages.bind(b),
     adviseMappedFile: (path, advice) => b.adviseMappedFile!(path, MAPPED_FILE_ADVICE[advice]),
-    fadviseDontNeed: b.fadviseDontNeed.bind(b)
+    fadviseDontNeed: b.fadviseDontNeed.bind(b),
+    fadviseRandom: b.fadviseRandom.bind(b)
   }
 }
 

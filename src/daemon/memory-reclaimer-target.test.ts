@@ -53,3 +53,29 @@ t.test('MemoryReclaimer collects on anonymous memory growth only while over the 
   t.strictSame(crossings, [true, false], 'told once on crossing down')
   held.length = 0
 })
+
+t.test('MemoryReclaimer keeps collecting on growth while a pass (a slow settle) is running', async t => {
+  let collections = 0
+  let settles = 0
+  let endSettle!: () => void
+  const reclaimer = new MemoryReclaimer({
+    gauge: { source: 'test', read: () => ({ usedBytes: 200 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
+    targetBytes: 100 * MIB,
+    // The first pass settles, and this settle lasts until the test ends it.
+    settle: async () => { settles++; await new Promise<void>(resolve => { endSettle = resolve }) },
+    cacheFiles: () => [],
+    collect: () => { collections++ },
+    collectGrowthBytes: 4 * MIB,
+    intervalMs: 10,
+    collectCheckMs: 10
+  })
+  t.teardown(() => reclaimer.close())
+  await tick(40)
+  t.equal(settles, 1, 'a pass is settling')
+  const held: Buffer[] = []
+  for (let i = 0; i < 16; i++) { held.push(Buffer.alloc(MIB, 1)); await tick(15) }
+  t.equal(settles, 1, 'the settle is still running')
+  t.ok(collections >= 1, `16 MiB of growth during the settle: collected (${collections})`)
+  endSettle()
+  held.length = 0
+})

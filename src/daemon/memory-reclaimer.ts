@@ -9,7 +9,11 @@
  *     once, in the image file's page cache on the mount;
  *   - each time its anonymous memory has grown by `collectGrowthBytes` over
  *     its low point since the last collection, it runs one (`collect`: a full
- *     GC, then malloc_trim). A cold wave's fetch and decode buffers die soon,
+ *     GC, then malloc_trim). Growth is looked at every `collectCheckMs`
+ *     (50 ms: one read of /proc/self/statm), on a timer of its own that a
+ *     pass in progress does not hold up: with the 250 ms pass timer, and no
+ *     look while a settle ran (200+ ms), a fast cold wave grew layerd by
+ *     20+ MB between two looks. A cold wave's fetch and decode buffers die soon,
  *     but V8 frees an ArrayBuffer's memory only at a GC that finds it dead
  *     (it starts one for external memory only after 64 MiB of growth), and
  *     glibc keeps freed chunks in its arenas until a trim: in
@@ -58,8 +62,10 @@ export interface MemoryReclaimerOptions {
   overTargetChanged?: (over: boolean) => void
   /** One full GC and a malloc_trim (MemorySettler.collect). */
   collect?: () => void
-  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 8 MiB. */
+  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 4 MiB (8 MiB left layerd ~14 MB above its floor at the node's peak in a 4 s cold wave: bench/README.md, "Session 24"). */
   collectGrowthBytes?: number
+  /** How often anonymous memory growth is looked at while over the target. Default 50 ms. */
+  collectCheckMs?: number
   /** Files whose page cache is dropped outright at each pass (the chunk cache's lmdb file). */
   cacheFiles: () => string[]
   /** Image files not read for this long lose their page cache at a pass. Default 30 s (5 s cost 2.3x the page-cache misses in bench/node-memory: see src/daemon/README.md). */
@@ -78,11 +84,14 @@ export const DEFAULT_RECLAIM_COLD_MS = 30_000
 const DEFAULT_SETTLE_EVERY_MS = 2000
 const DEFAULT_INTERVAL_MS = 250
 const DEFAULT_PSI_THRESHOLD = 1
-const DEFAULT_COLLECT_GROWTH_BYTES = 8 * 1024 * 1024
+const DEFAULT_COLLECT_GROWTH_BYTES = 4 * 1024 * 1024
+const DEFAULT_COLLECT_CHECK_MS = 50
 
 export class MemoryReclaimer {
   readonly #o: Required<Omit<MemoryReclaimerOptions, 'log' | 'collect' | 'overTargetChanged'>> & Pick<MemoryReclaimerOptions, 'overTargetChanged'> & { log: (line: string) => void, collect: () => void }
   readonly #timer: NodeJS.Timeout
+  /** Runs only while over the target. */
+  #collectTimer: NodeJS.Timeout | undefined
   #running: Promise<void> | undefined
   #lastSettle = -Infinity
   #overTarget = false
@@ -96,6 +105,7 @@ export class MemoryReclaimer {
       intervalMs: DEFAULT_INTERVAL_MS,
       psiThreshold: DEFAULT_PSI_THRESHOLD,
       collectGrowthBytes: DEFAULT_COLLECT_GROWTH_BYTES,
+      collectCheckMs: DEFAULT_COLLECT_CHECK_MS,
       collect: () => {},
       log: () => {},
       ...options
@@ -120,11 +130,21 @@ export class MemoryReclaimer {
     const over = reading.usedBytes > this.#o.targetBytes
     if (over !== this.#overTarget) {
       this.#overTarget = over
+      this.#watchGrowth(over)
       try { this.#o.overTargetChanged?.(over) } catch (err) { this.#o.log(`reclaim: ${(err as Error).message}`) }
     }
-    this.#collectIfGrown()
     // Image files' page cache only under a stall: over a mere target it is the sandboxes' working set, and dropping it costs them hot reads.
     if (this.underPressure(reading)) void this.#start(this.#o.coldMs, false, (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold)
+  }
+
+  /** The growth look's timer: on while over the target, off under it. */
+  #watchGrowth (on: boolean): void {
+    clearInterval(this.#collectTimer)
+    this.#collectTimer = undefined
+    this.#anonBase = Infinity
+    if (!on) return
+    this.#collectTimer = setInterval(() => this.#collectIfGrown(), this.#o.collectCheckMs)
+    this.#collectTimer.unref()
   }
 
   /** While over the target: a collection once anonymous memory grew by collectGrowthBytes over its low point since the last one. */
@@ -171,6 +191,7 @@ export class MemoryReclaimer {
   /** Stop watching. Idempotent. */
   close (): void {
     clearInterval(this.#timer)
+    clearInterval(this.#collectTimer)
   }
 }
 

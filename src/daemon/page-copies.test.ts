@@ -7,10 +7,11 @@
 import t, { type Test } from 'tap'
 import { createHash, randomBytes } from 'node:crypto'
 import { execFileSync } from 'node:child_process'
-import { readdirSync } from 'node:fs'
+import { closeSync, openSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
 import { FsObjectStore } from '../store/fs-object-store.js'
+import { nativeMemory } from '../native.js'
 import { PageCopyDropper } from './page-copies.js'
 
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex')
@@ -26,12 +27,12 @@ function filesUnder (dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true, recursive: true }).filter(e => e.isFile()).map(e => join(e.parentPath, e.name))
 }
 
-async function setup (t: Test, active: boolean): Promise<{ dropper: PageCopyDropper, cache: LmdbChunkCache, store: FsObjectStore, storeDir: string, lines: string[] }> {
+async function setup (t: Test, active: boolean | (() => boolean)): Promise<{ dropper: PageCopyDropper, cache: LmdbChunkCache, store: FsObjectStore, storeDir: string, lines: string[] }> {
   const dir = t.testdir()
   const lines: string[] = []
-  const dropper = new PageCopyDropper({ active: () => active, cacheFile: join(dir, 'cache', 'data.mdb'), log: line => lines.push(line) })
+  const dropper = new PageCopyDropper({ active: typeof active === 'function' ? active : () => active, cacheFile: join(dir, 'cache', 'data.mdb'), log: line => lines.push(line) })
   const cache = LmdbChunkCache.open(join(dir, 'cache'), { writeDelayMs: 1, afterCommit: dropper.afterCacheCommit })
-  const store = new FsObjectStore(join(dir, 'store'), { afterRead: dropper.afterStoreRead }) // put fsyncs: clean pages, as a store's are
+  const store = new FsObjectStore(join(dir, 'store'), { afterRead: dropper.afterStoreRead, beforeRead: dropper.beforeStoreRead }) // put fsyncs: clean pages, as a store's are
   t.teardown(async () => { await dropper.idle(); await cache.close(); await store.close() })
   return { dropper, cache, store, storeDir: join(dir, 'store'), lines }
 }
@@ -58,6 +59,31 @@ t.test('`PageCopyDropper` drops a store range read and the chunk cache pages a c
   t.ok(dropper.stats.cacheFileDrops >= 1, 'a commit led to a drop')
   t.ok(resident(cache.mapFile) < MIB, `data.mdb left the page cache (${resident(cache.mapFile)} bytes resident, 4 MiB written)`)
   t.ok(chunks.every(c => cache.get(sha(c))?.equals(c) === true), 'every chunk reads back, byte for byte')
+  t.same(lines, [], 'nothing failed')
+})
+
+t.test('`PageCopyDropper` turns a store file\'s readahead off while active, and back on once inactive', async t => {
+  let active = true
+  const { dropper, store, storeDir, lines } = await setup(t, () => active)
+  const blob = randomBytes(16 * MIB)
+  await store.put('blobs/one', blob)
+  const [blobFile] = filesUnder(storeDir)
+  const KIB64 = 64 * 1024
+  const fd = openSync(blobFile!, 'r')
+  try { nativeMemory().fadviseDontNeed(fd, 0, 0) } finally { closeSync(fd) }
+  t.equal(resident(blobFile!), 0, 'the blob just written is out of the page cache')
+  const settled = async (): Promise<number> => { await new Promise(resolve => setTimeout(resolve, 100)); return resident(blobFile!) }
+  // The file's first read, at its start, and the next range right after it (sequential): the kernel would read far ahead of both.
+  t.ok((await store.getRange('blobs/one', 0, KIB64)).equals(blob.subarray(0, KIB64)), 'the first range reads back')
+  t.equal(await settled(), 0, 'while active the file\'s first read brings in only its own range (then dropped): nothing read ahead')
+  t.ok((await store.getRange('blobs/one', KIB64, KIB64)).equals(blob.subarray(KIB64, 2 * KIB64)), 'the range reads back')
+  t.equal(await settled(), 0, 'nor the next, sequential one')
+  dropper.dropStoreReadahead()
+  active = false
+  await store.getRange('blobs/one', 2 * KIB64, KIB64)
+  t.ok((await store.getRange('blobs/one', 3 * KIB64, KIB64)).equals(blob.subarray(3 * KIB64, 4 * KIB64)), 'the range reads back')
+  const ahead = await settled()
+  t.ok(ahead > 2 * KIB64, `once inactive the kernel reads ahead again (${ahead} bytes resident after reading ${2 * KIB64})`)
   t.same(lines, [], 'nothing failed')
 })
 

@@ -5,9 +5,14 @@
  * (the image file's page cache on the mount), not three times:
  *   - the store's copy: a file:// store's range that the fetcher read once is
  *     in the chunk cache from then on; its pages are dropped right after the
- *     read (POSIX_FADV_DONTNEED on that range), and what the kernel read
- *     ahead of it at the reclaimer's next settle (dropStoreReadahead()). An
- *     S3 store has none;
+ *     read (POSIX_FADV_DONTNEED on that range), and each read reads no more
+ *     than it asks (POSIX_FADV_RANDOM on the open file before the read: no
+ *     readahead; this disk reads 8 MiB ahead, a blob is ~16 MiB, and in
+ *     bench/node-memory.ts the readahead of the store's files stood at
+ *     20–34 MB of the cold wave between two settles). What is left goes at
+ *     the reclaimer's next settle (dropStoreReadahead()). Once under the
+ *     target, a file's next read turns readahead back on (POSIX_FADV_NORMAL).
+ *     An S3 store has none;
  *   - the chunk cache's copy: lmdb's pages that a commit wrote. They are
  *     dirty (the cache runs with noSync) and FADV_DONTNEED skips dirty pages,
  *     so a commit is followed, 1 s later (hits on a chunk just written come
@@ -48,6 +53,8 @@ export class PageCopyDropper {
   #dropping: Promise<void> | undefined
   #again = false
   readonly #storeFiles = new Set<string>()
+  /** Store fds whose readahead is off (POSIX_FADV_RANDOM), to turn back on once under the target. */
+  readonly #randomFds = new Set<number>()
   readonly stats: PageCopyStats = { storeReadsDropped: 0, storeBytesDropped: 0, cacheFileDrops: 0 }
 
   constructor (options: PageCopyDropperOptions) {
@@ -55,6 +62,13 @@ export class PageCopyDropper {
   }
 
   /** A file store read `length` bytes at `offset` of `path`, open as `fd` (FsObjectStoreOptions.afterRead). Sync; never throws. */
+  /** A file store is about to read from `path`, open as `fd` (FsObjectStoreOptions.beforeRead): readahead off while active, back on once not. Sync; never throws. */
+  readonly beforeStoreRead = (_path: string, fd: number): void => {
+    if (!this.#o.active()) {
+      if (this.#randomFds.delete(fd)) this.#advise(fd, false)
+    } else if (!this.#randomFds.has(fd) && this.#advise(fd, true)) this.#randomFds.add(fd)
+  }
+
   readonly afterStoreRead = (path: string, fd: number, offset: number, length: number): void => {
     if (length === 0 || !this.#o.active()) return
     try {
@@ -67,6 +81,17 @@ export class PageCopyDropper {
       this.stats.storeBytesDropped += length
     } catch (err) {
       this.#o.log(`reclaim: cannot drop a store read's pages: ${(err as Error).message}`)
+    }
+  }
+
+  /** Readahead off (`random`) or back on for the open store file `fd`. True when the kernel took it; logs failures. */
+  #advise (fd: number, random: boolean): boolean {
+    try {
+      nativeMemory().fadviseRandom(fd, random)
+      return true
+    } catch (err) {
+      this.#o.log(`reclaim: cannot turn the store file's readahead ${random ? 'off' : 'on'}: ${(err as Error).message}`)
+      return false
     }
   }
 

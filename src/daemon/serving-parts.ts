@@ -74,7 +74,7 @@ export function openServingParts (config: ServingPartsConfig): ServingParts {
     throw err
   }
   mark('cache')
-  const stores = new StorePool(cache, log, { afterRead: pageCopies.afterStoreRead })
+  const stores = new StorePool(cache, log, { afterRead: pageCopies.afterStoreRead, beforeRead: pageCopies.beforeStoreRead })
   const mounts = new MountManager(db, cache, stores, log, join(home, 'images'), {
     ...config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(config.keeper === undefined ? {} : { keeper: config.keeper }), ...(config.prepared === undefined ? {} : { prepared: config.prepared })
   })

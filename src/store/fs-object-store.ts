@@ -37,6 +37,8 @@ export interface FsObjectStoreOptions {
   fsync?: boolean
   /** Called after each getRange() read with the file's path and descriptor and the range read (the daemon drops those pages while over its memory target). Sync; must not throw. */
   afterRead?: (path: string, fd: number, offset: number, length: number) => void
+  /** Called before each getRange() read with the file's path and descriptor (the daemon turns the file's readahead off while over its memory target). Sync; must not throw. */
+  beforeRead?: (path: string, fd: number) => void
 }
 
 export const DEFAULT_HANDLE_CACHE_SIZE = 64
@@ -84,6 +86,7 @@ export class FsObjectStore implements ObjectStore {
   readonly #handles: FileHandleCache
   readonly #fsync: boolean
   readonly #afterRead: ((path: string, fd: number, offset: number, length: number) => void) | undefined
+  readonly #beforeRead: ((path: string, fd: number) => void) | undefined
   /** Directories known to exist, to skip mkdir on the push path. */
   readonly #madeDirs = new Set<string>()
   #closed = false
@@ -99,6 +102,7 @@ export class FsObjectStore implements ObjectStore {
     this.#handles = new FileHandleCache(options.handleCacheSize ?? DEFAULT_HANDLE_CACHE_SIZE)
     this.#fsync = options.fsync ?? true
     this.#afterRead = options.afterRead
+    this.#beforeRead = options.beforeRead
   }
 
   async get (key: string): Promise<Buffer> {
@@ -120,6 +124,7 @@ export class FsObjectStore implements ObjectStore {
         // A zero-length range still proves the object exists and reaches
         // `offset`; -1 marks "ends before offset".
         if (length === 0) return (await handle.stat()).size >= offset ? 0 : -1
+        this.#beforeRead?.(path, handle.fd)
         let got = 0
         while (got < length) {
           const { bytesRead } = await handle.read(out, got, length - got, offset + got)
