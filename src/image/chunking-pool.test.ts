@@ -2,7 +2,7 @@ import t from 'tap'
 import { createHash } from 'node:crypto'
 import { seededBytes } from '../../fixtures/seeded-bytes.js'
 import { FastCdcChunker, DEFAULT_FASTCDC_OPTIONS, chunkBuffer } from '../format/chunker.js'
-import { ChunkingPool, NO_BYTES } from './chunking-pool.js'
+import { ChunkingPool, NO_BYTES, type PieceChunks } from './chunking-pool.js'
 import { MAX_FILE_BY_PATH_BYTES } from './file-chunking.js'
 import { decompress } from 'zstd-napi'
 import { symlinkSync, writeFileSync } from 'node:fs'
@@ -16,7 +16,7 @@ for (const workers of [0, 2]) {
     t.teardown(() => pool.close())
     const files = [seededBytes('a', 700_000), seededBytes('b', 5_000), seededBytes('c', 2_500_000), seededBytes('d', 0)]
     const expected = files.map(f => chunkBuffer(new FastCdcChunker(DEFAULT_FASTCDC_OPTIONS), f).map(sha))
-    const results: Array<Array<Promise<Array<{ digest: string, length: number, compressed: Uint8Array }>>>> = files.map(() => [])
+    const results: Array<Array<Promise<PieceChunks>>> = files.map(() => [])
     // Interleave pieces of the files in odd sizes, as a tar of several layers would not, but a bug might.
     const offsets = files.map(() => 0)
     let step = 0
@@ -33,13 +33,37 @@ for (const workers of [0, 2]) {
     files.forEach((_, i) => results[i]!.push(pool.push(i, NO_BYTES, true)))
     pool.flush()
     for (let i = 0; i < files.length; i++) {
-      const chunks = (await Promise.all(results[i]!)).flat()
+      const chunks = (await Promise.all(results[i]!)).flatMap(r => r.chunks)
       t.same(chunks.map(c => c.digest), expected[i], `file ${i}: same chunks as a one-shot FastCDC`)
       const joined = Buffer.concat(chunks.map(c => decompress(c.compressed)))
       t.ok(joined.equals(files[i]!), `file ${i}: frames decompress to the file`)
     }
   })
 }
+
+t.test('ChunkingPool reuses a result buffer only after every piece of its batch is released', async t => {
+  const pool = new ChunkingPool({ workers: 1 })
+  t.teardown(() => pool.close())
+  const bytes = (seed: string): Uint8Array => seededBytes(seed, 200_000)
+  // Two pieces in one batch: releasing one of them must not free the buffer.
+  const [a, b] = [pool.push(1, bytes('a'), true), pool.push(2, bytes('b'), true)]
+  pool.flush()
+  const [ra, rb] = [await a, await b]
+  ra.release()
+  ra.release() // idempotent: one piece counts once
+  const next = pool.push(3, bytes('c'), true)
+  pool.flush()
+  const rc = await next
+  t.ok(Buffer.concat(rb.chunks.map(c => decompress(c.compressed))).equals(bytes('b')), 'the unreleased piece still reads its frames')
+  t.ok(Buffer.concat(rc.chunks.map(c => decompress(c.compressed))).equals(bytes('c')), 'a batch sent meanwhile got a buffer of its own')
+  // Now the first batch is released in full: the next batch compresses into its memory.
+  rb.release()
+  const reused = pool.push(4, bytes('d'), true)
+  pool.flush()
+  const rd = await reused
+  t.equal(rb.chunks[0]!.compressed.length, 0, 'the released views are detached: their buffer went to the next batch')
+  t.ok(Buffer.concat(rd.chunks.map(c => decompress(c.compressed))).equals(bytes('d')), 'the batch in the reused buffer is intact')
+})
 
 t.test('ChunkingPool.close() rejects what is pending and can be called twice', async t => {
   const pool = new ChunkingPool({ workers: 1 })
@@ -80,7 +104,7 @@ for (const workers of [0, 2]) {
     }
     pool.flush()
     for (const [i, g] of good.entries()) {
-      const chunks = await goodResults[i]!
+      const { chunks } = await goodResults[i]!
       t.same(chunks.map(c => c.digest), chunkBuffer(new FastCdcChunker(DEFAULT_FASTCDC_OPTIONS), g.bytes).map(sha), `good-${i}: same chunks as its bytes`)
       t.ok(Buffer.concat(chunks.map(c => decompress(c.compressed))).equals(g.bytes), `good-${i}: frames decompress to the file`)
     }
