@@ -48,6 +48,6 @@ t.test('a bench given a mistyped flag exits 2 with the usage before measuring an
   const r = spawnSync(process.execPath, [script, '--rep', '3'], { encoding: 'utf8', timeout: 60_000 })
   t.equal(r.status, 2, r.stderr)
   t.match(r.stderr, /cold-start: .*'--rep'/)
-  t.match(r.stderr, /usage: node dist\/bench\/cold-start\.js \[--reps N\] \[--work DIR\] \[--bandwidth BITS\] \[--rtt-ms MS\] \[--no-peers\] \[--out DIR\]/)
+  t.match(r.stderr, /usage: node dist\/bench\/cold-start\.js \[--reps N\] \[--work DIR\] \[--bandwidth BITS\] \[--rtt-ms MS\] \[--no-peers\] \[--s3 ENGINES\] \[--out DIR\]/)
   t.equal(r.stdout, '', 'nothing measured, nothing printed')
 })

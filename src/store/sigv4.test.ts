@@ -1,5 +1,6 @@
 import t from 'tap'
 import { amzDate, encodeS3Path, SigV4Signer } from './sigv4.js'
+import { NodeSha256 } from '../../fixtures/node-sha256.js'
 
 // AWS's worked example "GET Object" (Signature Version 4, "Examples of signature calculations",
 // Amazon S3 API reference): its credentials, request and published signature.
@@ -37,15 +38,6 @@ t.test('encodeS3Path() encodes every byte but the unreserved ones and the slashe
 
 t.test('SigV4Signer.sign() agrees with the AWS SDK\'s signer on a path-style range GET with a session token', async t => {
   const { SignatureV4 } = await import('@smithy/signature-v4')
-  const { createHash, createHmac } = await import('node:crypto')
-  const bytes = (d: string | ArrayBuffer | ArrayBufferView): string | Uint8Array => typeof d === 'string' ? d : d instanceof ArrayBuffer ? new Uint8Array(d) : new Uint8Array(d.buffer, d.byteOffset, d.byteLength)
-  // The SDK signer wants a hash constructor: node's, behind its small interface.
-  class NodeSha256 {
-    readonly #h: ReturnType<typeof createHash> | ReturnType<typeof createHmac>
-    constructor (secret?: string | ArrayBuffer | ArrayBufferView) { this.#h = secret === undefined ? createHash('sha256') : createHmac('sha256', bytes(secret)) }
-    update (data: string | ArrayBuffer | ArrayBufferView): void { this.#h.update(bytes(data)) }
-    async digest (): Promise<Uint8Array> { return this.#h.digest() }
-  }
   const credentials = { ...EXAMPLE_CREDENTIALS, sessionToken: 'session/token+x' }
   const at = new Date('2026-12-03T06:50:00Z')
   const path = encodeS3Path('/bucket/prefix/blobs/ab cd+é')
