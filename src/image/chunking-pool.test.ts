@@ -41,30 +41,6 @@ for (const workers of [0, 2]) {
   })
 }
 
-t.test('ChunkingPool reuses a result buffer only after every piece of its batch is released', async t => {
-  const pool = new ChunkingPool({ workers: 1 })
-  t.teardown(() => pool.close())
-  const bytes = (seed: string): Uint8Array => seededBytes(seed, 200_000)
-  // Two pieces in one batch: releasing one of them must not free the buffer.
-  const [a, b] = [pool.push(1, bytes('a'), true), pool.push(2, bytes('b'), true)]
-  pool.flush()
-  const [ra, rb] = [await a, await b]
-  ra.release()
-  ra.release() // idempotent: one piece counts once
-  const next = pool.push(3, bytes('c'), true)
-  pool.flush()
-  const rc = await next
-  t.ok(Buffer.concat(rb.chunks.map(c => decompress(c.compressed))).equals(bytes('b')), 'the unreleased piece still reads its frames')
-  t.ok(Buffer.concat(rc.chunks.map(c => decompress(c.compressed))).equals(bytes('c')), 'a batch sent meanwhile got a buffer of its own')
-  // Now the first batch is released in full: the next batch compresses into its memory.
-  rb.release()
-  const reused = pool.push(4, bytes('d'), true)
-  pool.flush()
-  const rd = await reused
-  t.equal(rb.chunks[0]!.compressed.length, 0, 'the released views are detached: their buffer went to the next batch')
-  t.ok(Buffer.concat(rd.chunks.map(c => decompress(c.compressed))).equals(bytes('d')), 'the batch in the reused buffer is intact')
-})
-
 t.test('ChunkingPool.close() rejects what is pending and can be called twice', async t => {
   const pool = new ChunkingPool({ workers: 1 })
   const p = pool.push(1, seededBytes('x', 10_000), false)
