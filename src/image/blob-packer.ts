@@ -53,12 +53,7 @@ export class BlobPacker {
     this.#buf = this.#newBuffer()
   }
 
-  /**
-   * Append a new chunk. Async: waits only when a sealed blob must wait for
-   * upload capacity. The frame is copied before the first await, so the
-   * caller may reuse `chunk.compressed` once this returns its promise.
-   * Rethrows an earlier upload failure.
-   */
+  /** Append a new chunk. Async: waits only when a sealed blob must wait for upload capacity. Rethrows an earlier upload failure. */
   async add (chunk: EncodedChunk): Promise<PackedChunk> {
     this.#throwIfFailed()
     const placed: PackedChunk = { pack: this.#handle, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length }

@@ -8,10 +8,7 @@
  * A file's pieces all go to one worker, in order (its chunker state lives
  * there). Pieces are copied into per-worker batches of about BATCH_BYTES,
  * transferred (not cloned) to the worker; results are transferred back,
- * with the batch's buffer, which the next batch reuses. The result buffer
- * (the frames) is reused too, once the caller has released every piece of
- * its batch: a push then allocates almost no memory per batch, which keeps
- * V8's external-memory accounting from forcing main-thread collections.
+ * with the batch's buffer, which the next batch reuses.
  *
  * May import: src/errors.ts, src/format/, this folder.
  */
@@ -19,25 +16,14 @@ import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
 import { BadInputError } from '../errors.js'
 import { DEFAULT_FASTCDC_OPTIONS } from '../format/chunker.js'
-import { FileChunker, MAX_FILE_BY_PATH_BYTES, RESULT_BUFFER_BYTES, type ChunkedBatch, type ChunkingParams, type FileByPath } from './file-chunking.js'
+import { FileChunker, MAX_FILE_BY_PATH_BYTES, type ChunkedBatch, type ChunkingParams, type FileByPath } from './file-chunking.js'
 
 export interface EncodedChunk {
   /** sha256 hex of the plain bytes. */
   digest: string
   length: number
-  /** One zstd frame: a view of the batch's result, valid until its piece is released. Empty: the store already holds the chunk. */
+  /** One zstd frame: a view of the batch's result, valid as long as the caller keeps it (copy it to keep less). Empty: the store already holds the chunk. */
   compressed: Uint8Array
-}
-
-/** The chunks one piece (or one file read by path) completed. */
-export interface PieceChunks {
-  chunks: EncodedChunk[]
-  /**
-   * The caller is done with every `compressed` view of `chunks`: their
-   * memory may go to a later batch (the views then read as empty). Sync,
-   * idempotent. Not calling it is safe; it only costs a new buffer.
-   */
-  release: () => void
 }
 
 export const DEFAULT_CHUNKING: ChunkingParams = { level: 3, cdc: DEFAULT_FASTCDC_OPTIONS }
@@ -48,7 +34,7 @@ const MAX_BATCH_ITEMS = 256
 export const NO_BYTES = new Uint8Array(0)
 
 /** Items of one batch, per item: file id, end in `buf`, last flag, path (a file read by the worker), and its promise. `weight` counts files read by path at their size. */
-interface Batch { buf: Uint8Array, bytes: number, weight: number, files: number[], ends: number[], last: boolean[], paths: Array<FileByPath | null>, waiters: Array<(r: PieceChunks) => void>, fail: Array<(e: Error) => void> }
+interface Batch { buf: Uint8Array, bytes: number, weight: number, files: number[], ends: number[], last: boolean[], paths: Array<FileByPath | null>, waiters: Array<(r: EncodedChunk[]) => void>, fail: Array<(e: Error) => void> }
 
 /** A worker's answer: the chunks, and the batch's input buffer handed back for reuse. */
 export type ChunkedReply = ChunkedBatch & { id: number, input: ArrayBuffer }
@@ -68,8 +54,6 @@ export class ChunkingPool {
    * external-memory accounting from forcing collections.
    */
   readonly #spare: ArrayBuffer[] = []
-  /** Result buffers whose every piece was released, for the next batches' frames. */
-  readonly #spareResults: ArrayBuffer[] = []
   #nextId = 0
   #closed = false
 
@@ -93,11 +77,10 @@ export class ChunkingPool {
   /**
    * The next piece of file `file` (any id unique within the push); `last`
    * ends the file (the piece may be empty). Resolves with the chunks this
-   * piece completed, in order; release them when done. The bytes are copied
-   * before this returns. Results may wait in a batch: call `flush()` before
-   * awaiting the newest.
+   * piece completed, in order. The bytes are copied before this returns.
+   * Results may wait in a batch: call `flush()` before awaiting the newest.
    */
-  push (file: number, piece: Uint8Array, last: boolean): Promise<PieceChunks> {
+  push (file: number, piece: Uint8Array, last: boolean): Promise<EncodedChunk[]> {
     let w = this.#fileWorker.get(file)
     if (w === undefined && this.#inline === undefined) {
       w = this.#leastLoaded()
@@ -113,7 +96,7 @@ export class ChunkingPool {
    * chunks; rejects with BadInputError when the file is not as promised.
    * Batched like `push()`.
    */
-  pushFile (file: number, byPath: FileByPath): Promise<PieceChunks> {
+  pushFile (file: number, byPath: FileByPath): Promise<EncodedChunk[]> {
     if (byPath.size > MAX_FILE_BY_PATH_BYTES) return Promise.reject(new Error(`internal: ${byPath.label}: ${byPath.size} bytes is too big to be read whole`))
     return this.#enqueue(this.#inline === undefined ? this.#leastLoaded() : undefined, file, NO_BYTES, byPath, true)
   }
@@ -122,10 +105,10 @@ export class ChunkingPool {
     return this.#outstanding.indexOf(Math.min(...this.#outstanding))
   }
 
-  #enqueue (w: number | undefined, file: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<PieceChunks> {
+  #enqueue (w: number | undefined, file: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<EncodedChunk[]> {
     if (this.#closed) return Promise.reject(new Error('ChunkingPool is closed'))
     if (w === undefined) return this.#runInline(file, piece, byPath, last)
-    const result = new Promise<PieceChunks>((resolve, reject) => {
+    const result = new Promise<EncodedChunk[]>((resolve, reject) => {
       let batch = this.#batches[w]!
       if (batch.bytes + piece.length > batch.buf.length && batch.files.length > 0) { this.#send(w); batch = this.#batches[w]! }
       if (piece.length > batch.buf.length) batch.buf = Buffer.allocUnsafeSlow(piece.length) // an unusually large piece gets a batch of its own
@@ -144,12 +127,12 @@ export class ChunkingPool {
     return result
   }
 
-  #runInline (file: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<PieceChunks> {
+  #runInline (file: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<EncodedChunk[]> {
     try {
       const out = this.#inline!.process({ data: piece, files: [file], ends: [piece.length], last: [last], paths: [byPath] })
       const failure = out.failures[0]
       if (failure !== undefined) return Promise.reject(new BadInputError(failure[1]))
-      return Promise.resolve({ chunks: split(out, 0, out.counts[0]!), release: () => {} }) // inline results are exact-size buffers of their own
+      return Promise.resolve(split(out, 0, out.counts[0]!))
     } catch (err) {
       return Promise.reject(err)
     }
@@ -167,10 +150,9 @@ export class ChunkingPool {
     this.#sent.set(id, batch)
     this.#outstanding[w]! += batch.weight
     if (this.#batchesOut[w]!++ === 0) this.#workers[w]!.ref() // keep the process alive while a batch is out
-    const result = this.#spareResults.pop()
     this.#workers[w]!.postMessage(
-      { id, data: batch.buf.buffer, length: batch.bytes, result, files: batch.files, ends: batch.ends, last: batch.last, paths: batch.paths },
-      result === undefined ? [batch.buf.buffer as ArrayBuffer] : [batch.buf.buffer as ArrayBuffer, result])
+      { id, data: batch.buf.buffer, length: batch.bytes, files: batch.files, ends: batch.ends, last: batch.last, paths: batch.paths },
+      [batch.buf.buffer as ArrayBuffer])
   }
 
   #newBatch (): Batch {
@@ -186,27 +168,13 @@ export class ChunkingPool {
     this.#outstanding[w]! -= batch.weight
     if (--this.#batchesOut[w]! === 0) this.#workers[w]!.unref()
     const failed = new Map(msg.failures)
-    const releaseOne = this.#releaser(msg.data, msg.counts.length)
     let first = 0
     msg.counts.forEach((count, i) => {
       const failure = failed.get(i)
-      if (failure !== undefined) {
-        releaseOne()
-        batch.fail[i]!(new BadInputError(failure))
-      } else {
-        let released = false
-        batch.waiters[i]!({ chunks: split(msg, first, count), release: () => { if (!released) { released = true; releaseOne() } } })
-      }
+      if (failure !== undefined) batch.fail[i]!(new BadInputError(failure))
+      else batch.waiters[i]!(split(msg, first, count))
       first += count
     })
-  }
-
-  /** Counts down the `pieces` of a result; the last release makes `data` a spare (if it is of the reused size). */
-  #releaser (data: ArrayBuffer, pieces: number): () => void {
-    let left = pieces
-    return () => {
-      if (--left === 0 && data.byteLength === RESULT_BUFFER_BYTES && !this.#closed) this.#spareResults.push(data)
-    }
   }
 
   #failAll (err: Error): void {

@@ -1,13 +1,11 @@
 /** Worker thread body for ChunkingPool: a FileChunker per worker. */
 import { parentPort, workerData } from 'node:worker_threads'
-import { FileChunker, RESULT_BUFFER_BYTES, type ChunkingParams, type PieceBatch } from './file-chunking.js'
+import { FileChunker, type ChunkingParams, type PieceBatch } from './file-chunking.js'
 
 const chunker = new FileChunker(workerData as ChunkingParams)
 
-parentPort!.on('message', (msg: { id: number, data: ArrayBuffer, length: number, result: ArrayBuffer | undefined } & Omit<PieceBatch, 'data'>) => {
-  // Frames go straight into the result buffer the pool handed back (or a new one, which the pool then keeps for reuse).
-  const into = msg.result ?? Buffer.allocUnsafeSlow(RESULT_BUFFER_BYTES).buffer as ArrayBuffer
-  const out = chunker.process({ data: new Uint8Array(msg.data, 0, msg.length), files: msg.files, ends: msg.ends, last: msg.last, paths: msg.paths }, into)
+parentPort!.on('message', (msg: { id: number, data: ArrayBuffer, length: number } & Omit<PieceBatch, 'data'>) => {
+  const out = chunker.process({ data: new Uint8Array(msg.data, 0, msg.length), files: msg.files, ends: msg.ends, last: msg.last, paths: msg.paths })
   // The input buffer goes back with the result, for the pool to reuse (the chunker kept no view of it).
   parentPort!.postMessage({ id: msg.id, ...out, input: msg.data }, [out.data, msg.data])
 })

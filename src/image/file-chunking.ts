@@ -55,7 +55,6 @@ export interface ChunkedBatch {
   digests: string[]
   lengths: number[]
   frameEnds: number[]
-  /** The frames, back to back from offset 0; bytes past the last frame's end are not part of the result. */
   data: ArrayBuffer
   /** How many of the chunks each item completed. */
   counts: number[]
@@ -65,12 +64,6 @@ export interface ChunkedBatch {
 
 /** Files read from disk are read whole into a buffer this size (larger ones come as pieces). */
 export const MAX_FILE_BY_PATH_BYTES = 4 * 1024 * 1024
-/**
- * The size of a worker's result buffer: a batch's frames (about 1 MiB of
- * plain bytes at level 3) fit with room to spare; a batch that needs more
- * gets a larger buffer of its own, which is not reused.
- */
-export const RESULT_BUFFER_BYTES = 2 * 1024 * 1024
 
 export class FileChunker {
   readonly #params: ChunkingParams
@@ -79,10 +72,9 @@ export class FileChunker {
   readonly #whole: FastCdcChunker
   readonly #cctx = new zstd.CCtx()
   readonly #isStored: ((digest: string) => boolean) | undefined
-  /** Files read from disk land here (+ 1: readExactFile finds a grown file in the same read). */
+  /** Files read from disk land here (+ 1: readExactFile finds a grown file in the same read); frames are compressed into `#out`, then copied out exactly. */
   #readBuf: Buffer | undefined
-  /** Without a result buffer from the caller, frames are compressed here, then copied out exactly. */
-  #scratch: Buffer = Buffer.allocUnsafeSlow(RESULT_BUFFER_BYTES)
+  #out = Buffer.allocUnsafeSlow(2 * 1024 * 1024)
 
   constructor (params: ChunkingParams) {
     this.#params = params
@@ -96,15 +88,9 @@ export class FileChunker {
    * Sync. `batch.data` may be reused as soon as this returns: open chunks
    * keep copies of their bytes. Each chunk is hashed and compressed as soon
    * as it is cut, so a file read from disk needs only one reused buffer.
-   *
-   * `into`: compress the frames straight into this buffer, which becomes the
-   * result's `data` (unless they outgrow it: then `data` is a larger, new
-   * buffer), so a worker neither copies its output nor allocates per batch.
-   * Without it, `data` is a new buffer of exactly the frames' size (the
-   * inline pool, whose results may all be alive at once).
    */
-  process (batch: PieceBatch, into?: ArrayBuffer): ChunkedBatch {
-    const out: Frames = { digests: [], lengths: [], frameEnds: [], counts: [], failures: [], target: into === undefined ? this.#scratch : Buffer.from(into), bytes: 0 }
+  process (batch: PieceBatch): ChunkedBatch {
+    const out: ChunkedBatch & { bytes: number } = { digests: [], lengths: [], frameEnds: [], data: new ArrayBuffer(0), counts: [], failures: [], bytes: 0 }
     let start = 0
     batch.files.forEach((file, i) => {
       const end = batch.ends[i]!
@@ -133,34 +119,25 @@ export class FileChunker {
       start = end
     })
     for (const chunker of this.#open.values()) chunker.detach()
-    let data: ArrayBuffer
-    if (into !== undefined) {
-      data = out.target.buffer as ArrayBuffer // allocUnsafeSlow buffers own their whole ArrayBuffer
-    } else {
-      this.#scratch = out.target
-      data = new ArrayBuffer(out.bytes)
-      new Uint8Array(data).set(out.target.subarray(0, out.bytes))
-    }
+    const data = new ArrayBuffer(out.bytes)
+    new Uint8Array(data).set(this.#out.subarray(0, out.bytes))
     return { digests: out.digests, lengths: out.lengths, frameEnds: out.frameEnds, data, counts: out.counts, failures: out.failures }
   }
 
-  /** Hash `chunk` and, unless the store holds it, compress it onto the end of `out.target` (grown when it could not hold the frame). */
-  #encode (chunk: Uint8Array, out: Frames): void {
+  /** Hash `chunk` and, unless the store holds it, compress it onto the end of `#out`. */
+  #encode (chunk: Uint8Array, out: ChunkedBatch & { bytes: number }): void {
     const digest = sha256Hex(chunk)
     out.digests.push(digest)
     out.lengths.push(chunk.length)
     if (this.#isStored?.(digest) !== true) {
       const need = out.bytes + zstd.compressBound(chunk.length)
-      if (need > out.target.length) {
-        const grown = Buffer.allocUnsafeSlow(Math.max(need, 2 * out.target.length))
-        out.target.copy(grown, 0, 0, out.bytes)
-        out.target = grown
+      if (need > this.#out.length) {
+        const grown = Buffer.allocUnsafeSlow(Math.max(need, 2 * this.#out.length))
+        this.#out.copy(grown, 0, 0, out.bytes)
+        this.#out = grown
       }
-      out.bytes += this.#cctx.compress(out.target.subarray(out.bytes), chunk, this.#params.level)
+      out.bytes += this.#cctx.compress(this.#out.subarray(out.bytes), chunk, this.#params.level)
     }
     out.frameEnds.push(out.bytes)
   }
 }
-
-/** A batch's result while it is being built: the frames so far are `target[0, bytes)`. */
-type Frames = Omit<ChunkedBatch, 'data'> & { target: Buffer, bytes: number }

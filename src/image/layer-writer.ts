@@ -10,7 +10,7 @@
  */
 import type { ChunkLocation, LayerToc, TocEntry } from '../format/toc.js'
 import type { BlobPacker, PackHandle } from './blob-packer.js'
-import type { ChunkingPool, EncodedChunk, PieceChunks } from './chunking-pool.js'
+import type { ChunkingPool, EncodedChunk } from './chunking-pool.js'
 import { MAX_FILE_BY_PATH_BYTES } from './file-chunking.js'
 import type { ChunkIndex } from './chunk-index.js'
 import type { LayerSource } from './sources/image-source.js'
@@ -56,7 +56,7 @@ const MAX_PENDING_PIECE_BYTES = 16 * 1024 * 1024
 const MAX_PENDING_BY_PATH_BYTES = 256 * 1024 * 1024
 const PROGRESS_STEP_BYTES = 4 * 1024 * 1024
 
-interface PendingPiece { chunks: Promise<PieceChunks>, entry: TocEntry, bytes: number, byPath: boolean, ready?: boolean }
+interface PendingPiece { chunks: Promise<EncodedChunk[]>, entry: TocEntry, bytes: number, byPath: boolean, ready?: boolean }
 
 /**
  * Read `layer` to the end and build its TOC. Async. Throws what the source
@@ -176,9 +176,7 @@ class LayerWriter {
     const p = this.#pending.shift()!
     if (p.byPath) this.#pendingByPathBytes -= p.bytes
     else this.#pendingPieceBytes -= p.bytes
-    const { chunks, release } = await p.chunks
-    for (const chunk of chunks) p.entry.spans!.push({ chunk: await this.#place(chunk), offset: 0, length: chunk.length })
-    release() // every new frame is in the packer's blob now (BlobPacker.add copies it)
+    for (const chunk of await p.chunks) p.entry.spans!.push({ chunk: await this.#place(chunk), offset: 0, length: chunk.length })
   }
 
   /** The TOC chunk index of `chunk`: one already in this TOC, or a new one (stored before, or packed now). */
