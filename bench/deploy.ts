@@ -36,7 +36,7 @@
  */
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { cpus } from 'node:os'
-import { join, resolve } from 'node:path'
+import { basename, join, resolve } from 'node:path'
 import { unmountAllUnder } from '../src/host/mount-table.js'
 import { parseSize } from '../src/cli/human-units.js'
 import { fmt, loadAverage, REPORT_OPTIONS, startLoadSampler, writeReport } from './bench-report.js'
@@ -296,7 +296,7 @@ async function main (): Promise<void> {
       '',
       growthTable(runs),
       '',
-      `Plots: ${png} (readiness), ${seriesPng} (over the run)`
+      `Plots (beside this file): ${basename(png)} (readiness), ${basename(seriesPng)} (over the run)`
     ].join('\n')
     await writeReport({
       name: opt.name,
