@@ -28,6 +28,8 @@ function main (): number | undefined {
   const runs = new Set<RunConnection>()
   process.on('message', (m: RunnerMessage, handle: unknown) => {
     if (m.type !== 'run' || !(handle instanceof Socket)) return
+    // Before reading a byte: layerd closes its copy of the connection on this (src/cli/run-server.ts).
+    send({ type: 'took', id: m.id } satisfies RunnerMessage)
     const run = new RunConnection(handle, home, log)
     runs.add(run)
     void run.done.finally(() => runs.delete(run))

@@ -77,6 +77,21 @@ t.test('the C front\'s `run` is served by layerd\'s runner, which layerd starts 
   t.not(second, first, 'a new runner serves the next run')
 })
 
+t.test('a connection the runner does not take (it is stopped) goes to a new runner, not lost', async t => {
+  const wedged = await runnerPid(t)
+  process.kill(wedged, 'SIGSTOP')
+  try {
+    // layerd keeps its copy of the connection until a runner says it took it: after 10 s it kills this one and hands it on.
+    const r = await front('run', 'deb/python:v1', '--', 'sh', '-c', 'echo served')
+    t.equal(r.code, 0, r.stderr)
+    t.equal(r.stdout, 'served\n')
+    const next = await runnerPid(t)
+    t.not(next, wedged, 'a new runner serves it')
+  } finally {
+    try { process.kill(wedged, 'SIGKILL') } catch {}
+  }
+})
+
 t.test('a usage error and an unknown image answer as the Node CLI answers them', async t => {
   for (const args of [['run'], ['run', '--tier', 'nope', 'deb/python:v1', '--', 'true'], ['run', 'deb/absent:v1', '--', 'true'], ['ps', '--json']]) {
     const viaFront = await front(...args)
