@@ -23,8 +23,9 @@
  * (issue 14).
  *
  * Lifetime: the runner lives while layerd serves; one that dies is started
- * again for the next connection (a connection handed to it and not yet
- * answered is lost: its client reports exit 125). close() stops it with
+ * again for the next connection (a connection it took and had not yet
+ * answered is lost: its client reports exit 125; one it had not yet taken
+ * goes to the new runner). close() stops it with
  * SIGTERM (its runs in flight are ended, their sandboxes destroyed) and
  * waits; a runner whose layerd is gone (killed) sees its IPC channel close
  * and does the same.
