@@ -19,6 +19,7 @@ import { openSync, closeSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { DaemonUnavailableError } from '../errors.js'
+import { LAYERD_EXIT } from '../exit-codes.js'
 import { ensureHomeDir } from '../state/node-db.js'
 import { ControlClient } from './control-client.js'
 import { readDaemonPid, socketPath } from './control-protocol.js'
@@ -46,9 +47,6 @@ export interface DaemonOptions {
   autoStart?: boolean
 }
 
-/** The exit code of a layerd that found another one holding the home's lock (LAYERD_EXIT.ALREADY_RUNNING). */
-const EXIT_ALREADY_RUNNING = 3
-
 /** The pid in `<home>/layerd.pid` if that process is alive (informational: the lock decides who runs). */
 export function runningDaemonPid (home: string): number | undefined {
   const pid = readDaemonPid(home)
@@ -71,7 +69,7 @@ export async function connectDaemon (opts: DaemonOptions): Promise<ControlClient
     try { return await ControlClient.connect(sock) } catch (err) { last = err }
     const code = started.exitCode
     // Our start lost the lock to another daemon: wait for that one. Any other exit is a failed start.
-    if (code !== undefined && code !== EXIT_ALREADY_RUNNING) {
+    if (code !== undefined && code !== LAYERD_EXIT.ALREADY_RUNNING) {
       throw new DaemonUnavailableError(`layerd exited with code ${code ?? 'null (killed by a signal)'} while starting; see ${log}`, { cause: last })
     }
   }
