@@ -97,7 +97,7 @@ async function main (): Promise<number> {
       ...(values['log-format'] === undefined ? [] : ['--log-format', values['log-format']]),
       ...(values['log-level'] === undefined ? [] : ['--log-level', values['log-level']])]
     const { connectDaemon } = await import('../src/daemon/daemon-launcher.js')
-    const client = await connectDaemon({ home, args })
+    const client = await connectDaemon({ home, args, holder: settings.holder })
     const info = await client.call('ping')
     client.close()
     console.log(`layerd running (pid ${info.pid}) for ${home}`)

@@ -3,7 +3,8 @@
  * which connects to `<home>/layerd.sock` and, when nothing answers, starts
  * layerd's holder (src/holder/: it starts layerd, keeps its FUSE
  * connections and restarts it when it dies) in the background (detached,
- * logging to `<home>/layerd.log`) and waits for layerd; LAYERD_HOLDER=0
+ * logging to `<home>/layerd.log`) and waits for layerd; `holder: false`
+ * (Settings.holder: LAYERD_HOLDER=0, resolved at the roots)
  * starts layerd alone (its mounts then die with it). The client never
  * removes or rewrites the daemon's files (socket, pid file, lock): starting
  * one more daemon (or holder) is always safe, since the home's lock
@@ -45,6 +46,8 @@ export interface DaemonOptions {
   args?: string[]
   /** Start the daemon when it is not running (default true). */
   autoStart?: boolean
+  /** Start it under a holder (Settings.holder, LAYERD_HOLDER). Default true. */
+  holder?: boolean
 }
 
 /** The pid in `<home>/layerd.pid` if that process is alive (informational: the lock decides who runs). */
@@ -84,7 +87,7 @@ function startDaemon (opts: DaemonOptions): { exitCode: number | null | undefine
   ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
-    const args = process.env.LAYERD_HOLDER === '0'
+    const args = opts.holder === false
       ? [...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])]
       : [...DAEMON_NODE_FLAGS, HOLDER_ENTRY, '--home', opts.home, '--entry', DAEMON_ENTRY, '--', ...(opts.args ?? [])]
     const child = spawn(process.execPath, args, {
