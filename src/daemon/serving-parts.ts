@@ -10,7 +10,8 @@
  * May import: everything below src/daemon, this folder.
  */
 import { join } from 'node:path'
-import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { isLmdbCommitEcho } from '../cache/lmdb-commit-failure.js'
 import { openNodeDb, type NodeDb } from '../state/node-db.js'
 import { expectRejections } from './process-guards.js'
 import { MountManager, type MountOptions } from './mount-manager.js'
