@@ -83,7 +83,7 @@ export interface MemoryReclaimerOptions {
   burstQuietMs?: number
   /** A burst's settle comes at least this long after the last settle. Default 1000 ms (settles every 1 s cost +59% time in bench/node-memory). */
   burstSettleGapMs?: number
-  /** At a settling pass, after the settle: flush and drop the chunk cache pages commits wrote, now (PageCopyDropper.dropWrittenNow). */
+  /** At a burst's end, after the settle: flush and drop the chunk cache pages commits wrote, now (PageCopyDropper.dropWrittenNow). Not at the periodic settles: during a burst, hits read the pages just written. */
   flushWrites?: () => Promise<void>
   /** Files whose page cache is dropped outright at each pass (the chunk cache's lmdb file). */
   cacheFiles: () => string[]
@@ -192,7 +192,7 @@ export class MemoryReclaimer {
     if (this.#running !== undefined || now - this.#lastSettle < this.#o.burstSettleGapMs) return
     this.#burstFrom = reads
     this.stats.burstEnds = (this.stats.burstEnds ?? 0) + 1
-    void this.#start(this.#o.coldMs, true, false)
+    void this.#start(this.#o.coldMs, true, false, true)
   }
 
   /** While over the target: a collection once anonymous memory grew by collectGrowthBytes over its low point since the last one. */
@@ -212,18 +212,19 @@ export class MemoryReclaimer {
     await this.#start(coldMs, settle, true)
   }
 
-  async #start (coldMs: number, settle: boolean, imageFiles: boolean): Promise<void> {
-    this.#running ??= this.#pass(coldMs, settle, imageFiles).finally(() => { this.#running = undefined })
+  async #start (coldMs: number, settle: boolean, imageFiles: boolean, flushWrites = false): Promise<void> {
+    this.#running ??= this.#pass(coldMs, settle, imageFiles, flushWrites).finally(() => { this.#running = undefined })
     await this.#running
   }
 
-  async #pass (coldMs: number, settle: boolean, imageFiles: boolean): Promise<void> {
+  /** `flushWrites`: a burst's end, when no hit is coming that the pages just written would serve. */
+  async #pass (coldMs: number, settle: boolean, imageFiles: boolean, flushWrites: boolean): Promise<void> {
     const started = performance.now()
     const before = this.#o.gauge.read().usedBytes
     if (settle || started - this.#lastSettle >= this.#o.settleEveryMs) {
       this.#lastSettle = started
       await this.#o.settle()
-      await this.#o.flushWrites()
+      if (flushWrites) await this.#o.flushWrites()
       // With the settle (which unmapped lmdb's map from layerd): the pages chunk-cache hits read back since the last one.
       for (const file of this.#o.cacheFiles()) dropFilePageCache(file, this.#o.log)
     }
