@@ -118,7 +118,7 @@ t.test('`PageCopyDropper.dropStoreReadahead()` drops the readahead of store read
   await new Promise(resolve => setTimeout(resolve, 100))
   const ahead = resident(blobFile!)
   t.ok(ahead > 4 * KIB64, `inactive: read ahead (${ahead} bytes resident after reading ${4 * KIB64})`)
-  // Use crosses the target: the owner drops what was read before (serving-parts.ts does it at the crossing).
+  // Use crosses the target; the next settle drops what was read before too (the reclaimer's settle calls this).
   active = true
   dropper.dropStoreReadahead()
   t.equal(resident(blobFile!), 0, 'the readahead of the reads made while inactive is gone')

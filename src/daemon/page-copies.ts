@@ -13,10 +13,11 @@
  *     the reclaimer's next settle (dropStoreReadahead()). Once under the
  *     target, a file's next read turns readahead back on (POSIX_FADV_NORMAL).
  *     Every store file read is remembered, under the target too, so the
- *     readahead of reads made before use crossed it goes at the crossing
- *     (dropStoreReadahead(), called then): in a cold wave the target is
- *     crossed within its first second, and that readahead (up to 28 MB)
- *     stayed to the node's peak. An S3 store has none;
+ *     readahead of reads made before use crossed it goes at the next settle
+ *     as well (before, only files read again while over it were remembered:
+ *     the others' readahead stayed). Not at the crossing itself: that
+ *     readahead serves the wave's next reads of those blobs from memory, and
+ *     dropping it there sent them to the disk. An S3 store has none;
  *   - the chunk cache's copy: lmdb's pages that a commit wrote. They are
  *     dirty (the cache runs with noSync) and FADV_DONTNEED skips dirty pages,
  *     so a commit is followed, 1 s later (hits on a chunk just written come

@@ -117,11 +117,7 @@ function startReclaimer (config: ServingPartsConfig, cache: LmdbChunkCache, sett
     collect: () => settler.collect(),
     activity: () => { const s = cache.stats(); return s.hits + s.misses },
     flushWrites: async () => await pageCopies.dropWrittenNow(),
-    overTargetChanged: over => {
-      cache.decodedCacheBytes = over ? Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES) : decodedCacheBytes
-      // The readahead of the store reads made before the crossing (within a cold wave's first second).
-      if (over) pageCopies.dropStoreReadahead()
-    },
+    overTargetChanged: over => { cache.decodedCacheBytes = over ? Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES) : decodedCacheBytes },
     cacheFiles: () => [cache.mapFile],
     log: config.log
   })
