@@ -116,6 +116,8 @@ function startReclaimer (config: ServingPartsConfig, cache: LmdbChunkCache, sett
     targetBytes,
     settle: async () => { await settler.settle(); pageCopies.dropStoreReadahead() },
     collect: () => settler.collect(),
+    activity: () => { const s = cache.stats(); return s.hits + s.misses },
+    flushWrites: async () => await pageCopies.dropWrittenNow(),
     overTargetChanged: over => { cache.decodedCacheBytes = over ? Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES) : decodedCacheBytes },
     cacheFiles: () => [cache.mapFile],
     log: config.log
