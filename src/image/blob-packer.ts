@@ -4,8 +4,11 @@
  * index, and records the chunks in the dedup index only once both are in the
  * store. A push that dies keeps every sealed blob for its rerun.
  *
- * Uploads run in the background, at most `maxInFlight` at once; `add()`
- * waits when that many are pending (backpressure).
+ * Uploads run in the background, at most `maxInFlight` at once. `add()` is
+ * sync (it runs once per new chunk, on push's busiest thread); a blob sealed
+ * while that many uploads run waits in a queue, and `ready()` hands the
+ * caller a promise to wait on until it has started (backpressure: at most
+ * one sealed blob waits).
  *
  * May import: src/errors.ts, src/format/, src/store/, this folder.
  */
@@ -24,6 +27,9 @@ export interface PackedChunk { pack: PackHandle, offset: number, compressedLengt
 
 export interface PackerStats { blobs: number, uploadedBytes: number, chunks: number, plainBytes: number }
 
+/** A full blob, its digest known, waiting for an upload slot. */
+interface SealedBlob { digest: string, buf: Buffer, bytes: number, chunks: BlobChunk[] }
+
 export const DEFAULT_PACK_BYTES = 16 * 1024 * 1024
 /** One zstd frame of a 128 KiB chunk (the largest FastCDC chunk) fits in this. */
 const BLOB_SLACK_BYTES = 160 * 1024
@@ -40,6 +46,8 @@ export class BlobPacker {
   #bytes = 0
   #hash: Hash = createHash('sha256')
   readonly #inFlight = new Set<Promise<void>>()
+  /** Sealed blobs waiting for an upload slot, oldest first. */
+  readonly #queued: SealedBlob[] = []
   /** Blob buffers whose upload finished, for the next blobs (their pages are already faulted in). */
   readonly #spare: Buffer[] = []
   #failure: unknown
@@ -53,8 +61,13 @@ export class BlobPacker {
     this.#buf = this.#newBuffer()
   }
 
-  /** Append a new chunk. Async: waits only when a sealed blob must wait for upload capacity. Rethrows an earlier upload failure. */
-  async add (chunk: EncodedChunk): Promise<PackedChunk> {
+  /**
+   * Append a new chunk; seals the blob once it is full. Sync; the chunk's
+   * frame is copied, so the caller may drop it. Rethrows an earlier upload
+   * failure. After an add, await `ready()` (when it is not undefined) before
+   * the next one.
+   */
+  add (chunk: EncodedChunk): PackedChunk {
     this.#throwIfFailed()
     const placed: PackedChunk = { pack: this.#handle, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length }
     const frame = chunk.compressed
@@ -69,34 +82,58 @@ export class BlobPacker {
     this.#bytes += chunk.compressed.length
     this.stats.chunks++
     this.stats.plainBytes += chunk.length
-    if (this.#bytes >= this.#targetBytes) await this.#seal()
+    if (this.#bytes >= this.#targetBytes) this.#seal()
     return placed
   }
 
-  /** Seal the last blob and wait for every upload. Async; throws the first upload failure. Every handle has its digest once this returns its promise (the seal's first step is sync). */
+  /**
+   * Undefined when no sealed blob waits for an upload slot (the common
+   * case: no promise, no await); else a promise that resolves once none
+   * does, and rejects with the first upload failure.
+   */
+  ready (): Promise<void> | undefined {
+    if (this.#queued.length === 0 && this.#failure === undefined) return undefined
+    return this.#drainQueue()
+  }
+
+  /** Seal the last blob and wait for every upload. Async; throws the first upload failure. Every handle has its digest once this returns its promise (the seal is sync). */
   async finish (): Promise<void> {
-    if (this.#bytes > 0) await this.#seal()
+    if (this.#bytes > 0) this.#seal()
+    await this.#drainQueue()
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight])
     this.#throwIfFailed()
   }
 
-  async #seal (): Promise<void> {
+  async #drainQueue (): Promise<void> {
+    while (this.#queued.length > 0 && this.#failure === undefined) await Promise.race(this.#inFlight)
+    this.#throwIfFailed()
+  }
+
+  /** Give the blob being filled its digest and queue it for upload (sync); start uploads while slots are free. */
+  #seal (): void {
     const handle = this.#handle
-    const buf = this.#buf
-    const body = buf.subarray(0, this.#bytes)
-    const chunks = this.#chunks
     handle.digest = this.#hash.digest('hex')
+    this.#queued.push({ digest: handle.digest, buf: this.#buf, bytes: this.#bytes, chunks: this.#chunks })
     this.#handle = { digest: undefined }
     this.#buf = this.#newBuffer()
     this.#chunks = []
     this.#bytes = 0
     this.#hash = createHash('sha256')
-    while (this.#inFlight.size >= this.#maxInFlight) await Promise.race(this.#inFlight)
-    this.#throwIfFailed()
-    const upload = this.#upload(handle.digest, body, chunks)
-      .catch(err => { this.#failure ??= err })
-      .finally(() => { this.#inFlight.delete(upload); if (buf.length === this.#targetBytes + BLOB_SLACK_BYTES) this.#spare.push(buf) })
-    this.#inFlight.add(upload)
+    this.#startUploads()
+  }
+
+  #startUploads (): void {
+    while (this.#queued.length > 0 && this.#inFlight.size < this.#maxInFlight && this.#failure === undefined) {
+      const { digest, buf, bytes, chunks } = this.#queued.shift()!
+      const upload: Promise<void> = this.#upload(digest, buf.subarray(0, bytes), chunks)
+        .catch(err => { this.#failure ??= err })
+        .finally(() => {
+          this.#inFlight.delete(upload)
+          if (buf.length === this.#targetBytes + BLOB_SLACK_BYTES) this.#spare.push(buf)
+          this.#startUploads()
+        })
+      this.#inFlight.add(upload)
+    }
   }
 
   async #upload (digest: string, body: Buffer, chunks: BlobChunk[]): Promise<void> {
