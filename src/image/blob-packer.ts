@@ -4,6 +4,10 @@
  * index, and records the chunks in the dedup index only once both are in the
  * store. A push that dies keeps every sealed blob for its rerun.
  *
+ * A blob is kept as the list of its frames (views of the chunking results
+ * they came in) and written with them as its parts (src/store/object-body.ts):
+ * no thread copies its bytes into one buffer first.
+ *
  * Uploads run in the background, at most `maxInFlight` at once. `add()` is
  * sync (it runs once per new chunk, on push's busiest thread); a blob sealed
  * while that many uploads run waits in a queue, and `ready()` hands the
@@ -14,6 +18,7 @@
  */
 import { createHash, type Hash } from 'node:crypto'
 import { blobKey } from '../format/keys.js'
+import { bodyLength } from '../store/object-body.js'
 import type { ObjectStore } from '../store/object-store.js'
 import type { BlobChunk } from './blob-index.js'
 import { putBlobIndex } from './blob-index.js'
@@ -28,11 +33,9 @@ export interface PackedChunk { pack: PackHandle, offset: number, compressedLengt
 export interface PackerStats { blobs: number, uploadedBytes: number, chunks: number, plainBytes: number }
 
 /** A full blob, its digest known, waiting for an upload slot. */
-interface SealedBlob { digest: string, buf: Buffer, bytes: number, chunks: BlobChunk[] }
+interface SealedBlob { digest: string, frames: Uint8Array[], chunks: BlobChunk[] }
 
 export const DEFAULT_PACK_BYTES = 16 * 1024 * 1024
-/** One zstd frame of a 128 KiB chunk (the largest FastCDC chunk) fits in this. */
-const BLOB_SLACK_BYTES = 160 * 1024
 
 export class BlobPacker {
   readonly #store: Pick<ObjectStore, 'put'>
@@ -40,16 +43,14 @@ export class BlobPacker {
   readonly #targetBytes: number
   readonly #maxInFlight: number
   #handle: PackHandle = { digest: undefined }
-  /** The blob being filled: frames are copied in as they arrive, so the chunking results they came from can be dropped at once. */
-  #buf: Buffer
+  /** The frames of the blob being filled, in order: views of the chunking results, which stay alive until its upload ends. */
+  #frames: Uint8Array[] = []
   #chunks: BlobChunk[] = []
   #bytes = 0
   #hash: Hash = createHash('sha256')
   readonly #inFlight = new Set<Promise<void>>()
   /** Sealed blobs waiting for an upload slot, oldest first. */
   readonly #queued: SealedBlob[] = []
-  /** Blob buffers whose upload finished, for the next blobs (their pages are already faulted in). */
-  readonly #spare: Buffer[] = []
   #failure: unknown
   readonly stats: PackerStats = { blobs: 0, uploadedBytes: 0, chunks: 0, plainBytes: 0 }
 
@@ -58,12 +59,11 @@ export class BlobPacker {
     this.#index = index
     this.#targetBytes = opts.targetBytes ?? DEFAULT_PACK_BYTES
     this.#maxInFlight = opts.maxInFlight ?? 2
-    this.#buf = this.#newBuffer()
   }
 
   /**
-   * Append a new chunk; seals the blob once it is full. Sync; the chunk's
-   * frame is copied, so the caller may drop it. Rethrows an earlier upload
+   * Append a new chunk; seals the blob once it is full. Sync; keeps a view
+   * of the chunk's frame (the caller must not change its bytes). Rethrows an earlier upload
    * failure. After an add, await `ready()` (when it is not undefined) before
    * the next one.
    */
@@ -71,12 +71,7 @@ export class BlobPacker {
     this.#throwIfFailed()
     const placed: PackedChunk = { pack: this.#handle, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length }
     const frame = chunk.compressed
-    if (this.#bytes + frame.length > this.#buf.length) {
-      const grown = Buffer.allocUnsafeSlow(Math.max(2 * this.#buf.length, this.#bytes + frame.length))
-      this.#buf.copy(grown, 0, 0, this.#bytes)
-      this.#buf = grown
-    }
-    this.#buf.set(frame, this.#bytes)
+    this.#frames.push(frame)
     this.#hash.update(frame)
     this.#chunks.push({ digest: chunk.digest, offset: this.#bytes, compressedLength: chunk.compressed.length, length: chunk.length })
     this.#bytes += chunk.compressed.length
@@ -113,9 +108,9 @@ export class BlobPacker {
   #seal (): void {
     const handle = this.#handle
     handle.digest = this.#hash.digest('hex')
-    this.#queued.push({ digest: handle.digest, buf: this.#buf, bytes: this.#bytes, chunks: this.#chunks })
+    this.#queued.push({ digest: handle.digest, frames: this.#frames, chunks: this.#chunks })
     this.#handle = { digest: undefined }
-    this.#buf = this.#newBuffer()
+    this.#frames = []
     this.#chunks = []
     this.#bytes = 0
     this.#hash = createHash('sha256')
@@ -124,30 +119,25 @@ export class BlobPacker {
 
   #startUploads (): void {
     while (this.#queued.length > 0 && this.#inFlight.size < this.#maxInFlight && this.#failure === undefined) {
-      const { digest, buf, bytes, chunks } = this.#queued.shift()!
-      const upload: Promise<void> = this.#upload(digest, buf.subarray(0, bytes), chunks)
+      const { digest, frames, chunks } = this.#queued.shift()!
+      const upload: Promise<void> = this.#upload(digest, frames, chunks)
         .catch(err => { this.#failure ??= err })
         .finally(() => {
           this.#inFlight.delete(upload)
-          if (buf.length === this.#targetBytes + BLOB_SLACK_BYTES) this.#spare.push(buf)
           this.#startUploads()
         })
       this.#inFlight.add(upload)
     }
   }
 
-  async #upload (digest: string, body: Buffer, chunks: BlobChunk[]): Promise<void> {
-    await this.#store.put(blobKey(digest), body)
+  async #upload (digest: string, frames: Uint8Array[], chunks: BlobChunk[]): Promise<void> {
+    await this.#store.put(blobKey(digest), frames)
     const indexBytes = await putBlobIndex(this.#store, digest, chunks)
     this.#index.addBlob(digest, chunks)
     this.stats.blobs++
-    this.stats.uploadedBytes += body.length + indexBytes
+    this.stats.uploadedBytes += bodyLength(frames) + indexBytes
   }
 
-  /** Room for a full blob and one more frame of the largest chunk (pages are touched only as frames land). */
-  #newBuffer (): Buffer {
-    return this.#spare.pop() ?? Buffer.allocUnsafeSlow(this.#targetBytes + BLOB_SLACK_BYTES)
-  }
 
   #throwIfFailed (): void {
     if (this.#failure !== undefined) throw this.#failure
