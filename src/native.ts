@@ -48,7 +48,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   fadviseDontNeed? (fd: number, offset: number, length: number): void
   fadviseRandom? (fd: number, random: boolean): void
   lstatEntry? (path: string, out: Float64Array): string[]
-  spawnVfork? (path: string, argv: string[], envp: string[], cwd: string | null, pipes: number, onExit: (code: number, signal: number) => void): { pid: number, fds: number[] }
+  spawnVfork?: NativeSpawnVfork
 }
 
 /** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
