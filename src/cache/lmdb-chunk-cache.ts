@@ -72,7 +72,7 @@ import { commitFailureError, lmdbCommitCause } from './lmdb-commit-failure.js'
 import { LmdbEntryIndex, rowIs, rowKind, type AccessRow, type LruEntry } from './lmdb-entry-index.js'
 import { closeCacheEnvironment, openCacheEnvironment } from './lmdb-environment.js'
 import { encodeStoredFrame, StoredChunkDecoder } from './stored-chunk.js'
-import { WriteBuffer, type BufferedEntry } from './write-buffer.js'
+import { WriteBuffer, type BufferedEntry, type WriteBatchLimits } from './write-buffer.js'
 import { CacheWriteHealth, type CacheWriteHealthStats } from './write-health.js'
 
 export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
@@ -192,6 +192,10 @@ export class LmdbChunkCache extends BaseChunkCache {
   /** The cap on decoded chunks kept in memory (decodedCacheBytes); lowering it evicts at once. Sync. */
   get decodedCacheBytes (): number { return this.#decoder.capBytes }
   set decodedCacheBytes (bytes: number) { this.#decoder.capBytes = bytes }
+
+  /** When a batch of new entries goes to lmdb (writeDelayMs, writeBatchBytes at first); changing it applies to the open batch at once (WriteBuffer.limits). Sync. */
+  get writeBatch (): WriteBatchLimits { return this.#buffer.limits }
+  set writeBatch (limits: WriteBatchLimits) { this.#buffer.limits = limits }
 
   /** Frames decompressed by hits so far, hits served from decoded chunks kept in memory, their plain bytes, and stored values that did not decode (read as misses). Sync. */
   get decodeStats (): { decompressed: number, reused: number, decodedBytes: number, failed: number } {

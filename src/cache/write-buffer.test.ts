@@ -63,3 +63,34 @@ t.test('WriteBuffer reports a failed batch and forgets its entries; flush() does
   await buffer.flush()
   t.same(failed.length, 1, 'later batches go on')
 })
+
+t.test('WriteBuffer.limits: smaller limits apply to the open batch at once, then to later ones; bad limits change nothing', async t => {
+  const batches: string[][] = []
+  const buffer = new WriteBuffer({
+    delayMs: 60_000,
+    maxBytes: 1 << 20,
+    commit: async batch => { batches.push(batch.map(e => e.key)) },
+    onError: () => t.fail('no error expected')
+  })
+  t.same(buffer.limits, { delayMs: 60_000, maxBytes: 1 << 20 }, 'the options\' limits at first')
+  buffer.add(entry('a', 60))
+  buffer.limits = { delayMs: 60_000, maxBytes: 50 }
+  t.same(batches, [['a']], 'an open batch already past the new maxBytes goes at once')
+  buffer.limits = { delayMs: 30, maxBytes: 100 }
+  buffer.add(entry('b', 60))
+  t.same(batches, [['a']], 'under the new maxBytes: waits')
+  buffer.add(entry('c', 60))
+  t.same(batches, [['a'], ['b', 'c']], 'the new maxBytes issues the batch')
+  buffer.add(entry('d', 1))
+  await new Promise(resolve => setTimeout(resolve, 80))
+  t.same(batches, [['a'], ['b', 'c'], ['d']], 'the new delay, not 60 s')
+  buffer.limits = { delayMs: 60_000, maxBytes: 1 << 20 }
+  buffer.add(entry('e', 1))
+  buffer.limits = { delayMs: 20, maxBytes: 1 << 20 }
+  await new Promise(resolve => setTimeout(resolve, 80))
+  t.same(batches.at(-1), ['e'], 'a shorter delay cuts the open batch\'s wait')
+  t.throws(() => { buffer.limits = { delayMs: -1, maxBytes: 10 } }, /delayMs must be a finite number ≥ 0, not -1/)
+  t.throws(() => { buffer.limits = { delayMs: 10, maxBytes: NaN } }, /maxBytes must be a finite number ≥ 0, not NaN/)
+  t.same(buffer.limits, { delayMs: 20, maxBytes: 1 << 20 }, 'unchanged by the bad ones')
+  await buffer.flush()
+})

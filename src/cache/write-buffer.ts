@@ -24,11 +24,15 @@ export interface BufferedEntry {
   isFrame?: boolean
 }
 
-export interface WriteBufferOptions {
-  /** Longest time an entry waits before its batch is issued. */
+/** When a batch of open entries goes (WriteBuffer.limits). */
+export interface WriteBatchLimits {
+  /** Longest time an entry waits before its batch is issued (ms). */
   delayMs: number
   /** Open bytes that issue a batch at once. */
   maxBytes: number
+}
+
+export interface WriteBufferOptions extends WriteBatchLimits {
   /**
    * Store a batch. Must issue every write synchronously (before its first
    * await), so batches commit in the order they were issued. Async.
@@ -40,16 +44,43 @@ export interface WriteBufferOptions {
 
 export class WriteBuffer {
   readonly #options: WriteBufferOptions
+  /** The limits a batch goes at (`limits`); the options' at first. */
+  #limits: WriteBatchLimits
   /** Every entry not yet committed: open and being committed. */
   readonly #uncommitted = new Map<string, BufferedEntry>()
   #open: BufferedEntry[] = []
   #openUsage: CacheUsage = emptyUsage()
   #timer: NodeJS.Timeout | undefined
+  /** When the open batch's oldest entry came (performance.now()). */
+  #openedAt = 0
   /** The last batch issued; later batches commit after it. */
   #lastCommit: Promise<void> = Promise.resolve()
 
   constructor (options: WriteBufferOptions) {
     this.#options = options
+    this.#limits = { delayMs: options.delayMs, maxBytes: options.maxBytes }
+  }
+
+  /** When a batch goes: `delayMs` after its oldest entry, or at `maxBytes` of open entries. */
+  get limits (): WriteBatchLimits { return { ...this.#limits } }
+
+  /**
+   * Change when batches go (the daemon commits smaller batches sooner while
+   * over its memory target: the open entries are memory held for them). The
+   * open entries go at once if they are already past the new limits, else
+   * their wait is cut to the new delay. Sync; throws RangeError, changing
+   * nothing, on a negative or non-finite limit.
+   */
+  set limits (limits: WriteBatchLimits) {
+    for (const [name, v] of Object.entries(limits)) {
+      if (!Number.isFinite(v) || v < 0) throw new RangeError(`WriteBuffer limits: ${name} must be a finite number ≥ 0, not ${String(v)}`)
+    }
+    this.#limits = { delayMs: limits.delayMs, maxBytes: limits.maxBytes }
+    if (this.#open.length === 0) return
+    const waited = performance.now() - this.#openedAt
+    if (this.#openUsage.bytes >= limits.maxBytes || waited >= limits.delayMs) { this.#issue(); return }
+    clearTimeout(this.#timer)
+    this.#arm(limits.delayMs - waited)
   }
 
   /** The uncommitted entry under `key`, or undefined. Sync. */
@@ -71,11 +102,17 @@ export class WriteBuffer {
     u.bytes += entry.bytes.length
     if (entry.kind === 'chunk') u.chunks++
     else { u.metaBytes += entry.bytes.length; u.metaObjects++ }
-    if (u.bytes >= this.#options.maxBytes) this.#issue()
+    if (u.bytes >= this.#limits.maxBytes) this.#issue()
     else if (this.#timer === undefined) {
-      this.#timer = setTimeout(() => this.#issue(), this.#options.delayMs)
-      this.#timer.unref()
+      this.#openedAt = performance.now()
+      this.#arm(this.#limits.delayMs)
     }
+  }
+
+  /** The open batch goes in `ms`. */
+  #arm (ms: number): void {
+    this.#timer = setTimeout(() => this.#issue(), ms)
+    this.#timer.unref()
   }
 
   /** Issue the open entries now and resolve once everything added so far has committed (or failed). Async; never rejects. */

@@ -26,6 +26,13 @@ import type { PreparedTakeovers } from './prepared-takeovers.js'
 
 /** The decoded-chunk cache's cap while the node is over its memory target (16 MiB otherwise). */
 const OVER_TARGET_DECODED_BYTES = 4 * 1024 * 1024
+/**
+ * When a batch of new cache entries goes to lmdb while over the memory target
+ * (250 ms or 16 MiB otherwise). The open entries are anonymous memory held
+ * for the batch: a cold wave writes ~27 MB/s of frames, and at 250 ms the
+ * open batch reached 12.5 MB in bench/node-memory.ts.
+ */
+const OVER_TARGET_WRITE_BATCH = { delayMs: 50, maxBytes: 2 * 1024 * 1024 }
 
 export interface ServingPartsConfig {
   home: string
@@ -103,6 +110,26 @@ export function openServingParts (config: ServingPartsConfig): ServingParts {
   return { db, cache, stores, mounts, settler, reclaimer, pageCopies, close }
 }
 
+/**
+ * What the chunk cache changes as use crosses the memory target either way
+ * (MemoryReclaimerOptions.overTargetChanged): while over, the decoded-chunk
+ * cap (OVER_TARGET_DECODED_BYTES) and the write batch
+ * (OVER_TARGET_WRITE_BATCH) are at most the over-target ones; back under,
+ * the cache's own again. Sync.
+ */
+export function overTargetCacheLimits (cache: Pick<LmdbChunkCache, 'decodedCacheBytes' | 'writeBatch'>): (over: boolean) => void {
+  const decodedCacheBytes = cache.decodedCacheBytes
+  const writeBatch = cache.writeBatch
+  const over = {
+    decodedCacheBytes: Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES),
+    writeBatch: { delayMs: Math.min(writeBatch.delayMs, OVER_TARGET_WRITE_BATCH.delayMs), maxBytes: Math.min(writeBatch.maxBytes, OVER_TARGET_WRITE_BATCH.maxBytes) }
+  }
+  return isOver => {
+    cache.decodedCacheBytes = isOver ? over.decodedCacheBytes : decodedCacheBytes
+    cache.writeBatch = isOver ? over.writeBatch : writeBatch
+  }
+}
+
 /** The reclaimer for config.memoryTarget (undefined when off). */
 function startReclaimer (config: ServingPartsConfig, cache: LmdbChunkCache, settler: MemorySettler, pageCopies: PageCopyDropper): MemoryReclaimer | undefined {
   const target = config.memoryTarget
@@ -110,7 +137,6 @@ function startReclaimer (config: ServingPartsConfig, cache: LmdbChunkCache, sett
   const gauge = memoryGauge()
   const targetBytes = target === 'default' ? Math.floor(gauge.read().limitBytes / 2) : target
   config.log(`memory: reclaim above ${Math.round(targetBytes / 2 ** 20)} MiB (${gauge.source})`)
-  const decodedCacheBytes = cache.decodedCacheBytes
   return new MemoryReclaimer({
     gauge,
     targetBytes,
@@ -118,7 +144,7 @@ function startReclaimer (config: ServingPartsConfig, cache: LmdbChunkCache, sett
     collect: () => settler.collect(),
     activity: () => { const s = cache.stats(); return s.hits + s.misses },
     flushWrites: async () => await pageCopies.dropWrittenNow(),
-    overTargetChanged: over => { cache.decodedCacheBytes = over ? Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES) : decodedCacheBytes },
+    overTargetChanged: overTargetCacheLimits(cache),
     cacheFiles: () => [cache.mapFile],
     log: config.log
   })
