@@ -120,3 +120,40 @@ t.test('MemoryReclaimer settles, and drops the pages a burst wrote, as soon as a
   await tick(250)
   t.equal(settles, 2, 'under the target: no settle at a burst\'s end')
 })
+
+t.test('MemoryReclaimer settles at a burst\'s end at once after a periodic settle during the burst; the gap counts from the last burst\'s settle', async t => {
+  let reads = 0
+  let settles = 0
+  let flushes = 0
+  const reclaimer = new MemoryReclaimer({
+    gauge: { source: 'test', read: () => ({ usedBytes: 200 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
+    targetBytes: 100 * MIB,
+    settle: async () => { settles++ },
+    flushWrites: async () => { flushes++ },
+    cacheFiles: () => [],
+    activity: () => reads,
+    burstMinReads: 100,
+    burstQuietMs: 50,
+    burstSettleGapMs: 1000,
+    // The periodic settle only once in the test (the first pass over the target, as the burst starts).
+    settleEveryMs: 60_000,
+    intervalMs: 10,
+    collectCheckMs: 10
+  })
+  t.teardown(() => reclaimer.close())
+  const burst = async (n: number): Promise<void> => { for (let i = 0; i < 10; i++) { reads += n / 10; await tick(15) } }
+  await tick(20)
+  const started = performance.now()
+  await burst(500)
+  t.equal(settles, 1, 'the periodic settle came during the burst')
+  await tick(150)
+  t.equal(settles, 2, `the burst ended ${(performance.now() - started).toFixed(0)} ms after the periodic settle: settled at once, not after the 1 s gap`)
+  t.equal(flushes, 1, 'with its pages flushed')
+  const second = performance.now()
+  await burst(500)
+  await tick(150)
+  t.equal(settles, 2, 'a second burst ending within 1 s of the first one\'s settle waits out the gap')
+  await tick(Math.max(0, 1100 - (performance.now() - second)))
+  t.equal(settles, 3, 'and settles once it is over')
+  t.equal(reclaimer.stats.burstEnds, 2, 'two burst ends')
+})

@@ -22,7 +22,9 @@
  *     heap costs a few ms, against a settle's 10–150;
  *   - when a burst of chunk reads ends (`activity` moved by `burstMinReads`
  *     or more, then stood still for `burstQuietMs`: 250 ms), a settling pass
- *     at once (at most one per `burstSettleGapMs`), with the chunk cache
+ *     at once (at most one per `burstSettleGapMs`, counted from the last
+ *     burst's settle: a periodic settle during the burst does not hold it
+ *     up), with the chunk cache
  *     pages the burst wrote flushed and dropped without their wait
  *     (`flushWrites`). A cold wave's node peak comes as it ends: every file
  *     is in the sandboxes' page cache and their programs start, while
@@ -81,7 +83,7 @@ export interface MemoryReclaimerOptions {
   burstMinReads?: number
   /** Stillness of `activity` that ends a burst. Default 250 ms. */
   burstQuietMs?: number
-  /** A burst's settle comes at least this long after the last settle. Default 1000 ms (settles every 1 s cost +59% time in bench/node-memory). */
+  /** A burst's settle comes at least this long after the last burst's settle (a periodic settle does not count: it came before the burst's last reads). Default 1000 ms (settles every 1 s cost +59% time in bench/node-memory). */
   burstSettleGapMs?: number
   /** At a burst's end, after the settle: flush and drop the chunk cache pages commits wrote, now (PageCopyDropper.dropWrittenNow). Not at the periodic settles: during a burst, hits read the pages just written. */
   flushWrites?: () => Promise<void>
@@ -122,6 +124,8 @@ export class MemoryReclaimer {
   #reads: number | undefined
   #readsMovedAt = 0
   #burstFrom = 0
+  /** When the last burst's end settled (the gap between two of them). */
+  #lastBurstSettle = -Infinity
   readonly stats: ReclaimStats
 
   constructor (options: MemoryReclaimerOptions) {
@@ -188,9 +192,13 @@ export class MemoryReclaimer {
     if (reads - this.#burstFrom < this.#o.burstMinReads || now - this.#readsMovedAt < this.#o.burstQuietMs) return
     // A settle since the burst's last read already gave its memory back.
     if (this.#lastSettle > this.#readsMovedAt) { this.#burstFrom = reads; return }
-    // Busy, or settled a moment ago: the next look tries again.
-    if (this.#running !== undefined || now - this.#lastSettle < this.#o.burstSettleGapMs) return
+    // Busy, or a burst's end settled a moment ago: the next look tries again. Only a burst end's settle counts for
+    // the gap: a periodic one came during the burst (its last reads came after it), and waiting out the gap from
+    // there held the wave's memory through the node's peak (bench/node-memory.ts: ~10 MB of layerd's anonymous
+    // memory and its last lmdb pages for up to 1 s after the last read, while the sandboxes' programs started).
+    if (this.#running !== undefined || now - this.#lastBurstSettle < this.#o.burstSettleGapMs) return
     this.#burstFrom = reads
+    this.#lastBurstSettle = now
     this.stats.burstEnds = (this.stats.burstEnds ?? 0) + 1
     void this.#start(this.#o.coldMs, true, false, true)
   }
