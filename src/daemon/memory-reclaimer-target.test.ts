@@ -5,7 +5,7 @@
  * the target either way. The gauge is a reading the test sets; the memory is
  * real (filled buffers; the reclaimer reads /proc/self/statm).
  */
-import t from 'tap'
+import t, { type Test } from 'tap'
 import type { MemoryReading } from '../host/memory-pressure.js'
 import { MemoryReclaimer } from './memory-reclaimer.js'
 
@@ -80,80 +80,68 @@ t.test('MemoryReclaimer keeps collecting on growth while a pass (a slow settle) 
   held.length = 0
 })
 
-t.test('MemoryReclaimer settles, and drops the pages a burst wrote, as soon as a burst of chunk reads ends over the target', async t => {
-  let reads = 0
-  let settles = 0
-  let flushes = 0
-  let over = true
+/**
+ * A reclaimer watching a burst counter (`reads`), with its settles and flushes
+ * counted; the periodic settle only once (the first pass over the target), so
+ * any later settle is a burst's. `burst(n)`: n reads over 150 ms.
+ */
+function burstWatch (t: Test, gapMs: number, over: () => boolean = () => true): { counts: { reads: number, settles: number, flushes: number }, reclaimer: MemoryReclaimer, burst: (n: number) => Promise<void> } {
+  const counts = { reads: 0, settles: 0, flushes: 0 }
   const reclaimer = new MemoryReclaimer({
-    gauge: { source: 'test', read: () => ({ usedBytes: over ? 200 * MIB : 10 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
+    gauge: { source: 'test', read: () => ({ usedBytes: over() ? 200 * MIB : 10 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
     targetBytes: 100 * MIB,
-    settle: async () => { settles++ },
-    flushWrites: async () => { flushes++ },
+    settle: async () => { counts.settles++ },
+    flushWrites: async () => { counts.flushes++ },
     cacheFiles: () => [],
-    activity: () => reads,
+    activity: () => counts.reads,
     burstMinReads: 100,
     burstQuietMs: 50,
-    burstSettleGapMs: 100,
-    // The periodic settle only once in the test: a second settle is the burst's.
+    burstSettleGapMs: gapMs,
     settleEveryMs: 60_000,
     intervalMs: 10,
     collectCheckMs: 10
   })
   t.teardown(() => reclaimer.close())
+  const burst = async (n: number): Promise<void> => { for (let i = 0; i < 10; i++) { counts.reads += n / 10; await tick(15) } }
+  return { counts, reclaimer, burst }
+}
+
+t.test('MemoryReclaimer settles, and drops the pages a burst wrote, as soon as a burst of chunk reads ends over the target', async t => {
+  let over = true
+  const { counts, reclaimer, burst } = burstWatch(t, 100, () => over)
   await tick(60)
-  t.equal(settles, 1, 'the first pass over the target settles')
-  t.equal(flushes, 0, 'the periodic settle leaves the pages just written (hits during a burst read them)')
-  const burst = async (n: number): Promise<void> => { for (let i = 0; i < 10; i++) { reads += n / 10; await tick(15) } }
+  t.equal(counts.settles, 1, 'the first pass over the target settles')
+  t.equal(counts.flushes, 0, 'the periodic settle leaves the pages just written (hits during a burst read them)')
   await burst(500)
-  t.equal(settles, 1, 'no settle while the burst goes on')
+  t.equal(counts.settles, 1, 'no settle while the burst goes on')
   await tick(250)
-  t.equal(settles, 2, 'the burst ended: settled at once, not at the next periodic settle')
-  t.equal(flushes, 1, 'with the burst\'s pages flushed')
+  t.equal(counts.settles, 2, 'the burst ended: settled at once, not at the next periodic settle')
+  t.equal(counts.flushes, 1, 'with the burst\'s pages flushed')
   t.equal(reclaimer.stats.burstEnds, 1, 'counted')
   await burst(50)
   await tick(250)
-  t.equal(settles, 2, 'a few reads are no burst: no settle')
+  t.equal(counts.settles, 2, 'a few reads are no burst: no settle')
   over = false
   await tick(40)
   await burst(500)
   await tick(250)
-  t.equal(settles, 2, 'under the target: no settle at a burst\'s end')
+  t.equal(counts.settles, 2, 'under the target: no settle at a burst\'s end')
 })
 
 t.test('MemoryReclaimer settles at a burst\'s end at once after a periodic settle during the burst; the gap counts from the last burst\'s settle', async t => {
-  let reads = 0
-  let settles = 0
-  let flushes = 0
-  const reclaimer = new MemoryReclaimer({
-    gauge: { source: 'test', read: () => ({ usedBytes: 200 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
-    targetBytes: 100 * MIB,
-    settle: async () => { settles++ },
-    flushWrites: async () => { flushes++ },
-    cacheFiles: () => [],
-    activity: () => reads,
-    burstMinReads: 100,
-    burstQuietMs: 50,
-    burstSettleGapMs: 1000,
-    // The periodic settle only once in the test (the first pass over the target, as the burst starts).
-    settleEveryMs: 60_000,
-    intervalMs: 10,
-    collectCheckMs: 10
-  })
-  t.teardown(() => reclaimer.close())
-  const burst = async (n: number): Promise<void> => { for (let i = 0; i < 10; i++) { reads += n / 10; await tick(15) } }
+  const { counts, reclaimer, burst } = burstWatch(t, 1000)
   await tick(20)
   const started = performance.now()
   await burst(500)
-  t.equal(settles, 1, 'the periodic settle came during the burst')
+  t.equal(counts.settles, 1, 'the periodic settle came during the burst')
   await tick(150)
-  t.equal(settles, 2, `the burst ended ${(performance.now() - started).toFixed(0)} ms after the periodic settle: settled at once, not after the 1 s gap`)
-  t.equal(flushes, 1, 'with its pages flushed')
+  t.equal(counts.settles, 2, `the burst ended ${(performance.now() - started).toFixed(0)} ms after the periodic settle: settled at once, not after the 1 s gap`)
+  t.equal(counts.flushes, 1, 'with its pages flushed')
   const second = performance.now()
   await burst(500)
   await tick(150)
-  t.equal(settles, 2, 'a second burst ending within 1 s of the first one\'s settle waits out the gap')
+  t.equal(counts.settles, 2, 'a second burst ending within 1 s of the first one\'s settle waits out the gap')
   await tick(Math.max(0, 1100 - (performance.now() - second)))
-  t.equal(settles, 3, 'and settles once it is over')
+  t.equal(counts.settles, 3, 'and settles once it is over')
   t.equal(reclaimer.stats.burstEnds, 2, 'two burst ends')
 })
