@@ -47,8 +47,8 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { layerdNode } from '../fixtures/layerd-harness.js'
-import { connectDaemon } from '../src/daemon/daemon-launcher.js'
-import { dropPageCaches, REPORT_OPTIONS, fmt, LAYERCTL_JS, markdownTable, MB, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { coldLayerdRun, type ColdMountMode, type ColdSample, type ColdStore } from './cold-start-layerd.js'
+import { dropPageCaches, REPORT_OPTIONS, fmt, markdownTable, MB, median, runInterleaved, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { describeLink, parseBandwidth, type LinkSpec } from './deploy/link-model.js'
 import { ThrottleProxy } from './deploy/throttle-proxy.js'
@@ -81,20 +81,7 @@ const S3_BUCKET = 'layerd-cold'
 const IMAGE = 'bench/python:v1'
 const WORKLOAD = `/usr/bin/python3 -c 'import json, sqlite3, ssl'`
 
-interface Sample {
-  /** Mount (layerd) or download + decompress + untar (baseline), seconds. */
-  prepareSeconds: number
-  /** The mount time layerctl reports (the daemon's side of `layerctl mount`). */
-  daemonMountSeconds?: number
-  runSeconds: number
-  totalSeconds: number
-  fetchedBytes?: number
-  storedBytes?: number
-  imageBytes?: number
-  fetches?: number
-  /** stargz-store: its start until its FUSE mount is up (not in the total: layerd's daemon is also running before the clock). */
-  startSeconds?: number
-}
+type Sample = ColdSample
 
 const LOCAL_STARGZ = 'stargz-store (registry on loopback, daemon running)'
 const NET_STARGZ = 'stargz-store, registry through the link'
@@ -236,37 +223,7 @@ async function main (): Promise<void> {
     await timeShell(`cp -a ${shq(join(work, 'store'))} ${shq(join(work, 'store-traced'))}`)
     await publishTrace(join(work, 'tracer-fs'), tracedFsUrl, {})
 
-    /** 'api': mount over an open control connection; 'cli': `layerctl mount`, daemon running; 'cli-start': `layerctl mount` starts the daemon. */
-    const layerd = (mode: 'api' | 'cli' | 'cli-start', store: { url: string, s3Endpoint?: string, env?: NodeJS.ProcessEnv }) => async (rep: number): Promise<Sample> => {
-      const node = layerdNode(join(work, `node-${mode}-${rep}`), { store: store.url, env: { ...(store.s3Endpoint === undefined ? {} : { LAYERD_S3_ENDPOINT: store.s3Endpoint }), ...store.env } })
-      const mnt = join(node.home, 'mnt')
-      await mkdir(mnt, { recursive: true })
-      if (mode !== 'cli-start') await node.startDaemon()
-      const client = mode === 'api' ? await connectDaemon({ home: node.home, autoStart: false }) : undefined
-      try {
-        await dropPageCaches()
-        let mount: { seconds: number, stdout: string }
-        if (client !== undefined) {
-          const t0 = performance.now()
-          const info = await client.call('mount', { image: IMAGE, mountpoint: mnt, store: store.url, ...(store.s3Endpoint === undefined ? {} : { s3Endpoint: store.s3Endpoint }) })
-          mount = { seconds: (performance.now() - t0) / 1000, stdout: `in ${Math.round(info.mountMs)} ms` }
-        } else {
-          mount = await timeShell(`exec node ${shq(LAYERCTL_JS)} mount ${IMAGE} ${shq(mnt)}`, { env: node.env })
-        }
-        const run = await timeShell(`exec chroot ${shq(mnt)} ${WORKLOAD}`)
-        const stats = await node.layerctl('stats', mnt, '--json')
-        if (stats.code !== 0) throw new Error(`stats failed: ${stats.stderr}`)
-        const s = JSON.parse(stats.stdout) as { fetchedBytes: number, storedBytes: number, imageBytes: number, fetches: number }
-        const umount = await node.layerctl('umount', mnt)
-        if (umount.code !== 0) throw new Error(`umount failed: ${umount.stderr}`)
-        const daemonMs = /in (\d+) ms/.exec(mount.stdout)
-        return { prepareSeconds: mount.seconds, daemonMountSeconds: daemonMs === null ? undefined : Number(daemonMs[1]) / 1000, runSeconds: run.seconds, totalSeconds: mount.seconds + run.seconds, fetchedBytes: s.fetchedBytes, storedBytes: s.storedBytes, imageBytes: s.imageBytes, fetches: s.fetches }
-      } finally {
-        client?.close()
-        await node.stopDaemon()
-        await rm(node.home, { recursive: true, force: true })
-      }
-    }
+    const layerd = (mode: ColdMountMode, store: ColdStore): ((rep: number) => Promise<Sample>) => coldLayerdRun({ work, image: IMAGE, workload: WORKLOAD }, mode, store)
     const extract = (gunzip: string) => async (rep: number): Promise<Sample> => {
       const dir = join(work, `extract-${rep}`)
       await mkdir(dir)

@@ -2,7 +2,8 @@ import t from 'tap'
 import { createHash } from 'node:crypto'
 import { seededBytes } from '../../fixtures/seeded-bytes.js'
 import { FastCdcChunker, DEFAULT_FASTCDC_OPTIONS, chunkBuffer } from '../format/chunker.js'
-import { ChunkingPool, NO_BYTES } from './chunking-pool.js'
+import { ELF_MAGIC, type LargeElfChunking } from '../format/file-chunkers.js'
+import { ChunkingPool, DEFAULT_CHUNKING, NO_BYTES } from './chunking-pool.js'
 import { MAX_FILE_BY_PATH_BYTES } from './file-chunking.js'
 import { decompress } from 'zstd-napi'
 import { symlinkSync, writeFileSync } from 'node:fs'
@@ -25,12 +26,12 @@ for (const workers of [0, 2]) {
         const size = [1, 4096, 70_001, 300_000][(step + i) % 4]!
         const o = offsets[i]!
         if (o >= files[i]!.length) continue
-        results[i]!.push(pool.push(i, files[i]!.subarray(o, o + size), false))
+        results[i]!.push(pool.push(i, files[i]!.subarray(o, o + size), false, files[i]!.length))
         offsets[i] = o + size
       }
       step++
     }
-    files.forEach((_, i) => results[i]!.push(pool.push(i, NO_BYTES, true)))
+    files.forEach((_, i) => results[i]!.push(pool.push(i, NO_BYTES, true, files[i]!.length)))
     pool.flush()
     for (let i = 0; i < files.length; i++) {
       const chunks = (await Promise.all(results[i]!)).flat()
@@ -43,11 +44,11 @@ for (const workers of [0, 2]) {
 
 t.test('ChunkingPool.close() rejects what is pending and can be called twice', async t => {
   const pool = new ChunkingPool({ workers: 1 })
-  const p = pool.push(1, seededBytes('x', 10_000), false)
+  const p = pool.push(1, seededBytes('x', 10_000), false, 20_000)
   await pool.close()
   await pool.close()
   await t.rejects(p, /closed/)
-  await t.rejects(pool.push(2, NO_BYTES, true), /closed/)
+  await t.rejects(pool.push(2, NO_BYTES, true, 0), /closed/)
 })
 
 for (const workers of [0, 2]) {
@@ -85,6 +86,34 @@ for (const workers of [0, 2]) {
       t.ok(Buffer.concat(chunks.map(c => decompress(c.compressed))).equals(g.bytes), `good-${i}: frames decompress to the file`)
     }
     for (const [i, b] of bad.entries()) await t.rejects(badResults[i]!, { name: 'BadInputError', message: b.error })
+  })
+}
+
+for (const workers of [0, 2]) {
+  t.test(`ChunkingPool (workers: ${workers}) with large-ELF chunking cuts large ELF files smaller, read by path or in pieces, and other files as before`, async t => {
+    const largeElf: LargeElfChunking = { minFileBytes: 1024 * 1024, cdc: { minSize: 2048, avgSize: 8192, maxSize: 32768 } }
+    const pool = new ChunkingPool({ workers, params: { ...DEFAULT_CHUNKING, largeElf } })
+    t.teardown(() => pool.close())
+    const elf = (seed: string, size: number): Uint8Array => { const b = new Uint8Array(seededBytes(seed, size)); b.set(ELF_MAGIC); return b }
+    const files = [elf('big-by-path', 2_000_000), elf('big-in-pieces', 5_000_000), seededBytes('data', 2_000_000), elf('small', 500_000)]
+    const d = t.testdir()
+    const results = files.map((bytes, i) => {
+      if (i === 1) {
+        const pieces = [1, 2, 100_000, 4_899_997].map((n, k, all) => bytes.subarray(all.slice(0, k).reduce((a, b) => a + b, 0), all.slice(0, k + 1).reduce((a, b) => a + b, 0)))
+        return Promise.all(pieces.map((p, k) => pool.push(i, p, k === pieces.length - 1, bytes.length))).then(r => r.flat())
+      }
+      const path = join(d, `f${i}`)
+      writeFileSync(path, bytes)
+      return pool.pushFile(i, { path, size: bytes.length, label: `file f${i}` })
+    })
+    pool.flush()
+    const cut = (bytes: Uint8Array, opts = DEFAULT_FASTCDC_OPTIONS): string[] => chunkBuffer(new FastCdcChunker(opts), bytes).map(sha)
+    const chunks = await Promise.all(results)
+    t.same(chunks[0]!.map(c => c.digest), cut(files[0]!, largeElf.cdc), 'large ELF read by path: small chunks')
+    t.same(chunks[1]!.map(c => c.digest), cut(files[1]!, largeElf.cdc), 'large ELF in pieces (the first ones shorter than the magic): small chunks')
+    t.same(chunks[2]!.map(c => c.digest), cut(files[2]!), 'large file that is not ELF: default chunks')
+    t.same(chunks[3]!.map(c => c.digest), cut(files[3]!), 'small ELF file: default chunks')
+    t.ok(chunks[0]!.length > 2 * cut(files[0]!).length, `many more chunks than the default (${chunks[0]!.length} against ${cut(files[0]!).length})`)
   })
 }
 

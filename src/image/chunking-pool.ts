@@ -35,7 +35,7 @@ const MAX_BATCH_ITEMS = 256
 export const NO_BYTES = new Uint8Array(0)
 
 /** Items of one batch, per item: file id, end in `buf`, last flag, path (a file read by the worker), and its promise. `weight` counts files read by path at their size. */
-interface Batch { buf: Uint8Array, bytes: number, weight: number, files: number[], ends: number[], last: boolean[], paths: Array<FileByPath | null>, waiters: Array<(r: EncodedChunk[]) => void>, fail: Array<(e: Error) => void> }
+interface Batch { buf: Uint8Array, bytes: number, weight: number, files: number[], sizes: number[], ends: number[], last: boolean[], paths: Array<FileByPath | null>, waiters: Array<(r: EncodedChunk[]) => void>, fail: Array<(e: Error) => void> }
 
 /** A worker's answer: the chunks, and the batch's input buffer handed back for reuse. */
 export type ChunkedReply = ChunkedBatch & { id: number, input: ArrayBuffer }
@@ -79,19 +79,20 @@ export class ChunkingPool {
   }
 
   /**
-   * The next piece of file `file` (any id unique within the push); `last`
-   * ends the file (the piece may be empty). Resolves with the chunks this
+   * The next piece of file `file` (any id unique within the push) of
+   * `fileSize` bytes in all (its chunker is chosen by it: file-chunkers.ts);
+   * `last` ends the file (the piece may be empty). Resolves with the chunks this
    * piece completed, in order. The bytes are copied before this returns.
    * Results may wait in a batch: call `flush()` before awaiting the newest.
    */
-  push (file: number, piece: Uint8Array, last: boolean): Promise<EncodedChunk[]> {
+  push (file: number, piece: Uint8Array, last: boolean, fileSize: number): Promise<EncodedChunk[]> {
     let w = this.#fileWorker.get(file)
     if (w === undefined && this.#inline === undefined) {
       w = this.#leastLoaded()
       this.#fileWorker.set(file, w)
     }
     if (last) this.#fileWorker.delete(file)
-    return this.#enqueue(w, file, piece, null, last)
+    return this.#enqueue(w, file, fileSize, piece, null, last)
   }
 
   /**
@@ -102,16 +103,16 @@ export class ChunkingPool {
    */
   pushFile (file: number, byPath: FileByPath): Promise<EncodedChunk[]> {
     if (byPath.size > MAX_FILE_BY_PATH_BYTES) return Promise.reject(new Error(`internal: ${byPath.label}: ${byPath.size} bytes is too big to be read whole`))
-    return this.#enqueue(this.#inline === undefined ? this.#leastLoaded() : undefined, file, NO_BYTES, byPath, true)
+    return this.#enqueue(this.#inline === undefined ? this.#leastLoaded() : undefined, file, byPath.size, NO_BYTES, byPath, true)
   }
 
   #leastLoaded (): number {
     return this.#outstanding.indexOf(Math.min(...this.#outstanding))
   }
 
-  #enqueue (w: number | undefined, file: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<EncodedChunk[]> {
+  #enqueue (w: number | undefined, file: number, fileSize: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<EncodedChunk[]> {
     if (this.#closed) return Promise.reject(new Error('ChunkingPool is closed'))
-    if (w === undefined) return this.#runInline(file, piece, byPath, last)
+    if (w === undefined) return this.#runInline(file, fileSize, piece, byPath, last)
     const result = new Promise<EncodedChunk[]>((resolve, reject) => {
       let batch = this.#batches[w]!
       if (batch.bytes + piece.length > batch.buf.length && batch.files.length > 0) { this.#send(w); batch = this.#batches[w]! }
@@ -120,6 +121,7 @@ export class ChunkingPool {
       batch.bytes += piece.length
       batch.weight += piece.length + (byPath?.size ?? 0)
       batch.files.push(file)
+      batch.sizes.push(fileSize)
       batch.ends.push(batch.bytes)
       batch.last.push(last)
       batch.paths.push(byPath)
@@ -131,9 +133,9 @@ export class ChunkingPool {
     return result
   }
 
-  #runInline (file: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<EncodedChunk[]> {
+  #runInline (file: number, fileSize: number, piece: Uint8Array, byPath: FileByPath | null, last: boolean): Promise<EncodedChunk[]> {
     try {
-      const out = this.#inline!.process({ data: piece, files: [file], ends: [piece.length], last: [last], paths: [byPath] })
+      const out = this.#inline!.process({ data: piece, files: [file], sizes: [fileSize], ends: [piece.length], last: [last], paths: [byPath] })
       const failure = out.failures[0]
       if (failure !== undefined) return Promise.reject(new BadInputError(failure[1]))
       return Promise.resolve(split(out, 0, out.counts[0]!))
@@ -155,13 +157,13 @@ export class ChunkingPool {
     this.#outstanding[w]! += batch.weight
     if (this.#batchesOut[w]!++ === 0) this.#workers[w]!.ref() // keep the process alive while a batch is out
     this.#workers[w]!.postMessage(
-      { id, data: batch.buf.buffer, length: batch.bytes, files: batch.files, ends: batch.ends, last: batch.last, paths: batch.paths },
+      { id, data: batch.buf.buffer, length: batch.bytes, files: batch.files, sizes: batch.sizes, ends: batch.ends, last: batch.last, paths: batch.paths },
       [batch.buf.buffer as ArrayBuffer])
   }
 
   #newBatch (): Batch {
     const spare = this.#spare.pop()
-    return { buf: spare !== undefined ? new Uint8Array(spare) : Buffer.allocUnsafeSlow(BATCH_BYTES), bytes: 0, weight: 0, files: [], ends: [], last: [], paths: [], waiters: [], fail: [] }
+    return { buf: spare !== undefined ? new Uint8Array(spare) : Buffer.allocUnsafeSlow(BATCH_BYTES), bytes: 0, weight: 0, files: [], sizes: [], ends: [], last: [], paths: [], waiters: [], fail: [] }
   }
 
   #onResult (w: number, msg: ChunkedReply): void {

@@ -10,7 +10,7 @@ const isStored = params.dedup === undefined
 const chunker = new FileChunker(params, isStored)
 
 parentPort!.on('message', (msg: { id: number, data: ArrayBuffer, length: number } & Omit<PieceBatch, 'data'>) => {
-  const out = chunker.process({ data: new Uint8Array(msg.data, 0, msg.length), files: msg.files, ends: msg.ends, last: msg.last, paths: msg.paths })
+  const out = chunker.process({ data: new Uint8Array(msg.data, 0, msg.length), files: msg.files, sizes: msg.sizes, ends: msg.ends, last: msg.last, paths: msg.paths })
   // The input buffer goes back with the result, for the pool to reuse (the chunker kept no view of it).
   parentPort!.postMessage({ id: msg.id, ...out, input: msg.data }, [out.data, msg.data])
 })

@@ -17,7 +17,8 @@
  */
 import zstd from 'zstd-napi/binding.js'
 import { BadInputError } from '../errors.js'
-import { chunkBuffer, FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
+import { chunkBuffer, FastCdcChunker, type Chunker, type FastCdcOptions } from '../format/chunker.js'
+import { fileChunker, type LargeElfChunking } from '../format/file-chunkers.js'
 import { sha256Hex } from '../format/digest.js'
 import { bestCdcScanner } from './native-cdc-scanner.js'
 import { readExactFile } from './sources/exact-file.js'
@@ -26,6 +27,8 @@ export interface ChunkingParams {
   /** zstd level of chunk frames. */
   level: number
   cdc: FastCdcOptions
+  /** Other chunks for large ELF files (src/format/file-chunkers.ts); absent: every file gets `cdc`. */
+  largeElf?: LargeElfChunking
   /**
    * The node's dedup index (chunk-index.ts), read-only: a chunk the store
    * already holds is hashed but not compressed (most of a new version's
@@ -45,6 +48,8 @@ export interface FileByPath { path: string, size: number, label: string }
 export interface PieceBatch {
   data: Uint8Array
   files: number[]
+  /** The whole size of item i's file (not of the piece): it chooses the file's chunker. */
+  sizes: number[]
   ends: number[]
   /** Item i is its file's last piece (always true for a file read from disk). */
   last: boolean[]
@@ -68,7 +73,7 @@ export const MAX_FILE_BY_PATH_BYTES = 4 * 1024 * 1024
 
 export class FileChunker {
   readonly #params: ChunkingParams
-  readonly #open = new Map<number, FastCdcChunker>()
+  readonly #open = new Map<number, Chunker>()
   readonly #scanner = bestCdcScanner()
   readonly #whole: FastCdcChunker
   readonly #cctx = new zstd.CCtx()
@@ -99,7 +104,7 @@ export class FileChunker {
       let done: Uint8Array[]
       if (byPath != null) {
         try {
-          done = chunkBuffer(this.#whole, readExactFile(byPath.path, byPath.size, byPath.label, this.#readBuf ??= Buffer.allocUnsafeSlow(MAX_FILE_BY_PATH_BYTES + 1)))
+          done = chunkBuffer(this.#wholeChunkerFor(byPath.size), readExactFile(byPath.path, byPath.size, byPath.label, this.#readBuf ??= Buffer.allocUnsafeSlow(MAX_FILE_BY_PATH_BYTES + 1)))
         } catch (err) {
           if (!(err instanceof BadInputError)) throw err
           out.failures.push([i, err.message])
@@ -107,7 +112,7 @@ export class FileChunker {
         }
       } else {
         let chunker = this.#open.get(file)
-        if (chunker === undefined) { chunker = new FastCdcChunker(this.#params.cdc, this.#scanner); this.#open.set(file, chunker) }
+        if (chunker === undefined) { chunker = this.#chunkerFor(batch.sizes[i]!); this.#open.set(file, chunker) }
         done = chunker.push(batch.data.subarray(start, end))
         if (batch.last[i] === true) {
           const tail = chunker.flush()
@@ -123,6 +128,17 @@ export class FileChunker {
     const data = new ArrayBuffer(out.bytes)
     new Uint8Array(data).set(this.#out.subarray(0, out.bytes))
     return { digests: out.digests, lengths: out.lengths, frameEnds: out.frameEnds, data, counts: out.counts, failures: out.failures }
+  }
+
+  /** A new chunker for a file of `size` bytes (file-chunkers.ts). */
+  #chunkerFor (size: number): Chunker {
+    return fileChunker(size, this.#params.cdc, this.#scanner, this.#params.largeElf)
+  }
+
+  /** The chunker for a file of `size` bytes chunked in one go: the reused default one, unless large-ELF chunking may apply. */
+  #wholeChunkerFor (size: number): Chunker {
+    const { largeElf } = this.#params
+    return largeElf === undefined || size < largeElf.minFileBytes ? this.#whole : this.#chunkerFor(size)
   }
 
   /** Hash `chunk` and, unless the store holds it, compress it onto the end of `#out`. */

@@ -137,7 +137,7 @@ class LayerWriter {
       let got = 0
       for await (const piece of body) {
         got += piece.length
-        const settling = this.#enqueue({ chunks: chunking.push(file, piece, got >= header.size), entry, bytes: piece.length, byPath: false })
+        const settling = this.#enqueue({ chunks: chunking.push(file, piece, got >= header.size, header.size), entry, bytes: piece.length, byPath: false })
         if (settling !== undefined) await settling
         this.#countRead(piece.length)
       }
