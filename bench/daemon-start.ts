@@ -1,17 +1,19 @@
 /**
- * layerd's cold start, spawn to serving, as `layerctl` starts it (the holder,
- * which starts layerd): at a fresh home, the time until the control socket
+ * layerd's cold start, spawn to serving, as `layerctl` starts it (the holder's
+ * C front, which starts layerd and the Node holder beside it; a build without
+ * the front: the Node holder, which starts layerd): at a fresh home, the time until the control socket
  * accepts a connection, until it answers `ping`, and until it serves a
  * request that needs the node's database, cache and mounts (`mounts`).
  * With `--old DIR` (another built checkout) both builds run, interleaved,
  * the order alternating per rep.
  *
- *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--no-holder] [--out DIR]
+ *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--no-holder | --node-holder] [--out DIR]
  *
  * `--drop-caches` drops the page cache before each start (root), as
  * bench/cold-start.ts does before each of its reps: every module, addon and
  * the node binary are then read from disk. `--no-holder` starts layerd
- * alone (LAYERD_HOLDER=0's way). The warm standby is off (it would start
+ * alone (LAYERD_HOLDER=0's way); `--node-holder` starts the Node holder
+ * directly, without its C front (the start before the front). The warm standby is off (it would start
  * 3 s later anyway). Each start is stopped (SIGTERM, waited for) before the
  * next.
  *
@@ -22,6 +24,7 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { createConnection, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { holderCommand } from '../src/daemon/daemon-launcher.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { dropPageCaches, fmt, markdownTable, median, REPO_ROOT, REPORT_OPTIONS, runInterleaved, startLoadSampler, writeReport } from './bench-report.js'
 
@@ -30,12 +33,14 @@ const SPEC = {
   reps: { type: 'string', default: '8', value: 'N' },
   'drop-caches': { type: 'boolean' },
   'no-holder': { type: 'boolean' },
+  'node-holder': { type: 'boolean' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('daemon-start', SPEC)
 const REPS = ARGS.number('reps', { min: 1 })
 const DROP = ARGS.flag('drop-caches')
 const HOLDER = !ARGS.flag('no-holder')
+const FRONT = !ARGS.flag('node-holder')
 const POLL_MS = 2
 const GIVE_UP_MS = 30_000
 
@@ -74,16 +79,16 @@ async function call (socket: Socket, id: number, method: string): Promise<void> 
   if (answer.error !== undefined) throw new Error(`${method}: ${answer.error.message}`)
 }
 
-/** One cold start of the build in `dist` at a fresh home. */
-async function coldStart (dist: string): Promise<Sample> {
+/** One cold start of the build in `dist` (of the checkout `root`) at a fresh home. */
+async function coldStart (root: string, dist: string): Promise<Sample> {
   const home = await mkdtemp(join(tmpdir(), 'layerd-bench-start-'))
   if (DROP) await dropPageCaches()
   const main = join(dist, 'layerd/main.js')
-  const args = HOLDER
-    ? ['--max-semi-space-size=1', join(dist, 'layerd/holder.js'), '--home', home, '--entry', main, '--']
-    : ['--max-semi-space-size=1', main, '--foreground', '--home', home]
+  const { file, args } = HOLDER
+    ? holderCommand(home, [], { front: FRONT, daemonEntry: main, holderEntry: join(dist, 'layerd/holder.js'), holderFront: join(root, 'native/build/Release/layerd-holder') })
+    : { file: process.execPath, args: ['--max-semi-space-size=1', main, '--foreground', '--home', home] }
   const t0 = performance.now()
-  const child: ChildProcess = spawn(process.execPath, args, { stdio: 'ignore', env: { ...process.env, LAYERD_WARM_STANDBY: '0' } })
+  const child: ChildProcess = spawn(file, args, { stdio: 'ignore', env: { ...process.env, LAYERD_WARM_STANDBY: '0' } })
   const exited = new Promise(resolve => child.once('exit', resolve))
   try {
     const socket = await connectWhenUp(join(home, 'layerd.sock'), t0)
@@ -103,10 +108,10 @@ async function coldStart (dist: string): Promise<Sample> {
 
 async function main (): Promise<void> {
   const old = ARGS.optString('old')
-  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${HOLDER ? '' : ' --no-holder'}`
-  const sides = [{ name: 'this build', dist: join(REPO_ROOT, 'dist') }, ...(old === undefined ? [] : [{ name: `old (${old})`, dist: join(resolve(old), 'dist') }])]
+  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${HOLDER ? (FRONT ? '' : ' --node-holder') : ' --no-holder'}`
+  const sides = [{ name: 'this build', root: REPO_ROOT }, ...(old === undefined ? [] : [{ name: `old (${old})`, root: resolve(old) }])]
   const load = startLoadSampler()
-  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.dist) })),
+  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.root, join(s.root, 'dist')) })),
     s => `accepts ${fmt(s.acceptMs, 0)} ms, ping ${fmt(s.pingMs, 0)} ms, serves ${fmt(s.servesMs, 0)} ms`, { rotate: true })
   const loadFigures = load.stop()
   const rows = sides.map(s => {
@@ -115,11 +120,11 @@ async function main (): Promise<void> {
   })
   await writeReport({
     name: 'daemon-start',
-    title: `layerd cold start, spawn to serving (${HOLDER ? 'holder, then layerd' : 'layerd alone'}${DROP ? ', page cache dropped' : ''}), medians of ${REPS}`,
+    title: `layerd cold start, spawn to serving (${HOLDER ? (FRONT ? 'the holder\'s C front: layerd and the holder beside it' : 'the Node holder, then layerd') : 'layerd alone'}${DROP ? ', page cache dropped' : ''}), medians of ${REPS}`,
     command,
     load: loadFigures,
     markdown: markdownTable(['build', 'socket accepts ms', 'ping answered ms', 'serves (`mounts` answered) ms'], rows),
-    data: { reps: REPS, dropCaches: DROP, holder: HOLDER, samples: Object.fromEntries(samples) }
+    data: { reps: REPS, dropCaches: DROP, holder: HOLDER, holderFront: HOLDER && FRONT, samples: Object.fromEntries(samples) }
   }, ARGS.string('out'))
 }
 

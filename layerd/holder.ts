@@ -4,7 +4,11 @@
  * and upgrades, and restarts it (src/holder/holder.ts). Started by
  * layerctl's daemon launcher, detached, logging to `<home>/layerd.log`.
  *
- *   layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [-- LAYERD_FLAGS…]
+ *   layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD] [-- LAYERD_FLAGS…]
+ *
+ * `--adopt` is given by the holder's C front (native/holder_front.c), which
+ * started the first layerd (pid PID, this process's child) with the other
+ * end of the socketpair FD before it became this process by exec.
  *
  * Exit codes: 0 when layerd stopped cleanly; layerd's own code when it
  * refused to start (2 bad flags, 3 another daemon holds the home); 2 on bad
@@ -16,24 +20,27 @@ import { describeError } from '../src/errors.js'
 import { HOLDER_EXIT, Holder, HolderError } from '../src/holder/holder.js'
 import { resolveSettings } from '../src/state/settings.js'
 
-const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [-- LAYERD_FLAGS...]'
+const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD] [-- LAYERD_FLAGS...]'
 
 async function main (): Promise<number> {
   let parsed
   try {
-    parsed = parseArgs({ options: { home: { type: 'string' }, entry: { type: 'string' } }, allowPositionals: true })
+    parsed = parseArgs({ options: { home: { type: 'string' }, entry: { type: 'string' }, adopt: { type: 'string' } }, allowPositionals: true })
   } catch (err) {
     console.error(`layerd-holder: ${describeError(err)}; ${USAGE}`)
     return HOLDER_EXIT.USAGE
   }
-  const { home, entry } = parsed.values
+  const { home, entry, adopt } = parsed.values
   if (home === undefined) { console.error(`layerd-holder: --home is required; ${USAGE}`); return HOLDER_EXIT.USAGE }
+  const adopted = adopt === undefined ? undefined : /^([1-9][0-9]*):([0-9]+)$/.exec(adopt)
+  if (adopted === null) { console.error(`layerd-holder: --adopt ${JSON.stringify(adopt)} is not PID:FD; ${USAGE}`); return HOLDER_EXIT.USAGE }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
   const holder = new Holder({
     home,
     daemonEntry: entry ?? fileURLToPath(new URL('./main.js', import.meta.url)),
     daemonArgs: parsed.positionals,
     warmStandby: resolveSettings({ home }).warmStandby,
+    ...(adopted === undefined ? {} : { adopt: { pid: Number(adopted[1]), sock: Number(adopted[2]) } }),
     log
   })
   try {

@@ -9,5 +9,10 @@
     "sources": ["layerctl.c"],
     "cflags": ["-O2", "-Wall", "-Wextra", "-std=gnu11"],
     "defines": ["LAYERCTL_NODE=\"<!(node -p process.execPath)\""]
+  }, {
+    "target_name": "layerd-holder",
+    "type": "executable",
+    "sources": ["holder_front.c"],
+    "cflags": ["-O2", "-Wall", "-Wextra", "-std=gnu11"]
   }]
 }

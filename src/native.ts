@@ -27,7 +27,7 @@ import { UnsupportedError } from './errors.js'
 export const XATTR_CREATE = 1
 export const XATTR_REPLACE = 2
 
-interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<NativeFdPassing> {
+interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<NativeFdPassing>, Partial<NativeChildWait> {
   version (): number
   llistxattr (path: string): string[]
   lgetxattr (path: string, name: string): Buffer
@@ -214,6 +214,22 @@ export function nativeFdPassing (): NativeFdPassing {
     throw new UnsupportedError('layerd native addon has no fd passing (built before version 5): run `npm run build`')
   }
   return b as NativeFdPassing
+}
+
+/** How a child ended: its exit code, or the number of the signal that killed it. */
+export interface ChildEnd { code: number | null, signal: number | null }
+
+/** Waiting for a child that libuv did not start (native/fd_passing.c). */
+export interface NativeChildWait {
+  /** waitid(2) for `pid` on a libuv worker thread (the thread waits until the child ends); it is reaped. */
+  childWaitAsync (pid: number, callback: (err: NodeJS.ErrnoException | null, end: ChildEnd | null) => void): void
+}
+
+/** The addon's child wait. Sync; throws UnsupportedError when the addon is missing or was built without it. */
+export function nativeChildWait (): NativeChildWait {
+  const b = load()
+  if (b.childWaitAsync === undefined) throw new UnsupportedError('layerd native addon has no childWaitAsync (built before the holder\'s C front): run `npm run build`')
+  return b as NativeChildWait
 }
 
 /** mount(2) flags, as in <sys/mount.h>. */

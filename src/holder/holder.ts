@@ -17,10 +17,12 @@
  *   - stops when layerd stops cleanly (exit 0: it unmounted everything) or
  *     refuses to start (usage, already running).
  * `<home>/holder.pid` names the holder; `<home>/layerd.pid` keeps naming layerd.
+ * Started by its C front (native/holder_front.c), it adopts the first layerd
+ * (`HolderOptions.adopt`): the front started it before this process booted.
  *
- * May import: src/errors.ts, src/native.ts, ./fd-store-protocol.ts.
+ * May import: src/errors.ts, src/native.ts, ./fd-store-protocol.ts, ./adopted-daemon.ts.
  */
-import { spawn, type ChildProcess } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
 import { chmod, rm } from 'node:fs/promises'
 import { createServer, type Server, type Socket } from 'node:net'
@@ -28,6 +30,7 @@ import { getPriority, setPriority } from 'node:os'
 import { join } from 'node:path'
 import { HolderError, LayerdError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
+import { AdoptedDaemon, type DaemonProcess } from './adopted-daemon.js'
 import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 
 /** layerd's exit code when it handed its connections over (SIGUSR2): restart it at once. */
@@ -71,6 +74,12 @@ export interface HolderOptions {
    * Costs one more idle layerd's memory (bench/failover.ts reports it). Default true.
    */
   warmStandby?: boolean
+  /**
+   * The first layerd, already started by the holder's C front
+   * (native/holder_front.c): its pid (a child of this process) and the
+   * holder's end of its socketpair. Undefined: the holder starts it.
+   */
+  adopt?: { pid: number, sock: number }
 }
 
 export interface HolderStatus {
@@ -92,7 +101,7 @@ export interface HolderStatus {
 export interface RestartResult { oldPid: number | null, newPid: number, ms: number }
 
 interface Generation {
-  child: ChildProcess
+  child: DaemonProcess
   sock: number
   startedAt: number
   readyAt?: number
@@ -138,11 +147,20 @@ export class Holder {
 
   /** Take the pid file, listen, start layerd. Async; throws HolderError (code 'ERR_HOLDER') when another holder runs. */
   async start (): Promise<void> {
-    this.#takePidFile()
+    const adopt = this.#opts.adopt
     try {
-      await this.#listen()
-      this.#spawn()
+      this.#takePidFile()
     } catch (err) {
+      if (adopt !== undefined) { try { process.kill(adopt.pid, 'SIGTERM') } catch {} } // it holds nothing yet: it waits for this holder
+      throw err
+    }
+    try {
+      // An adopted layerd may already wait for an answer on its socket: serve that first.
+      if (adopt !== undefined) this.#adopt(adopt)
+      await this.#listen()
+      if (adopt === undefined) this.#spawn()
+    } catch (err) {
+      this.#current?.child.kill('SIGTERM')
       this.#releasePidFile()
       throw err
     }
@@ -205,12 +223,24 @@ export class Holder {
     return await this.finished
   }
 
+  /** Take the front's layerd as the current one (HolderOptions.adopt). Sync; throws UnsupportedError when the addon cannot wait for it. */
+  #adopt ({ pid, sock }: { pid: number, sock: number }): void {
+    this.#native.fdSetCloexec(sock) // the layerds this holder starts later must not inherit it
+    const child = new AdoptedDaemon(pid)
+    const g: Generation = { child, sock, startedAt: 0 } // it started with this process (just before its exec into Node)
+    this.#current = g
+    this.#opts.log(`holder ${process.pid}: adopted layerd ${pid} (${this.#entry}), started by the holder's front`)
+    child.on('error', err => this.#opts.log(`holder: cannot wait for layerd ${pid}: ${describeError(err)}`))
+    child.on('exit', (code, signal) => this.#exited(g, code, signal))
+    this.#serveFdStore(g)
+  }
+
   /** Start a layerd; `as`: it serves now, it is a planned restart's next one, or a warm standby. */
   #spawn (as: 'current' | 'next' | 'standby' = 'current'): Generation {
     const current = as === 'current'
     const serveNice = as !== 'current' && process.getuid?.() === 0 ? getPriority() : undefined
     const [mine, theirs] = this.#native.fdSocketPair()
-    let child: ChildProcess
+    let child: ReturnType<typeof spawn>
     try {
       // The holder's own node flags (the daemon's: DAEMON_NODE_FLAGS, passed by the launcher) go on to layerd.
       child = spawn(process.execPath, [...process.execArgv, this.#entry, '--foreground', '--home', this.#opts.home, ...this.#opts.daemonArgs], {
