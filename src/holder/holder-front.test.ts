@@ -1,0 +1,101 @@
+/**
+ * The holder's C front (native/holder_front.c), as layerctl starts it
+ * (daemon-launcher.ts's holderCommand): layerd is started before the Node
+ * holder boots, is the holder's child from the start, and the holder keeps
+ * it as one it had started itself (restarted after a SIGKILL, stopped with
+ * the holder). A second start for a home whose holder runs changes nothing.
+ */
+import t from 'tap'
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { layerdNode } from '../../fixtures/layerd-harness.js'
+import { connectDaemon, HOLDER_FRONT, holderCommand } from '../daemon/daemon-launcher.js'
+import { HOLDER_PID_FILE } from './fd-store-protocol.js'
+
+// A crash is then always followed by a cold start, so the test sees the restart of the adopted layerd itself.
+process.env.LAYERD_WARM_STANDBY = '0'
+// Subtests' own test dirs have long names; layerd's socket path must stay under the 108-byte sun_path limit.
+const dir = t.testdir()
+
+/** The parent pid of `pid` (/proc/PID/stat, field 4; the comm field may hold spaces). Sync. */
+function parentOf (pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+}
+
+/** Ping the daemon at `home` (starting none): its pid. Async. */
+async function servingPid (home: string): Promise<number> {
+  const client = await connectDaemon({ home, autoStart: false })
+  try { return (await client.call('ping')).pid } finally { client.close() }
+}
+
+/** Wait until `check` holds (polling every 50 ms), or fail naming `what`. Async. */
+async function until (what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (await check().catch(() => false)) return
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  throw new Error(`timed out waiting until ${what}`)
+}
+
+t.test('holderCommand() starts the holder through its C front when it is built', async t => {
+  t.ok(HOLDER_FRONT.endsWith('native/build/Release/layerd-holder'), 'the front is the build\'s')
+  const { file, args } = holderCommand(join(dir, 'x'))
+  t.equal(file, HOLDER_FRONT, 'the front runs first (`npm run build` builds it)')
+  t.equal(args[0], process.execPath, 'and is told which node runs the holder and layerd')
+})
+
+t.test('a layerd started by the front is the holder\'s child, restarted after a SIGKILL, stopped with the holder', async t => {
+  const home = join(dir, 'a')
+  const node = layerdNode(home)
+  t.teardown(node.stopDaemon)
+  const client = await connectDaemon({ home })
+  const first = (await client.call('ping')).pid
+  client.close()
+  const holder = Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim())
+  t.equal(parentOf(first), holder, 'layerd\'s parent is the holder (the front became it by exec)')
+  t.match(readFileSync(`/proc/${holder}/cmdline`, 'utf8'), /holder\.js\0--adopt\0\d+:\d+\0/, 'the Node holder adopted it')
+  const log = (): string => readFileSync(join(home, 'layerd.log'), 'utf8')
+  t.match(log(), new RegExp(`holder ${holder}: adopted layerd ${first} `), 'the holder says so')
+  await until('the holder hears that the adopted layerd serves', async () => log().includes(`holder: layerd ${first} serves`))
+
+  process.kill(first, 'SIGKILL')
+  await until('a new layerd serves', async () => { const pid = await servingPid(home); return pid !== first })
+  const second = await servingPid(home)
+  t.equal(parentOf(second), holder, 'the holder started the next one')
+  t.match(log(), new RegExp(`holder: layerd ${first} was killed by SIGKILL; starting a new one`), 'the holder saw the adopted one die, with its signal')
+
+  process.kill(holder, 'SIGTERM')
+  await until('the holder has stopped', async () => { try { process.kill(holder, 0); return false } catch { return true } })
+  t.match(log(), new RegExp(`holder: layerd ${second} exited with code 0; the holder stops`), 'layerd stopped cleanly before the holder')
+})
+
+t.test('the adopted layerd\'s exit code reaches the holder: a clean stop of it ends the holder', async t => {
+  const home = join(dir, 'b')
+  const node = layerdNode(home)
+  t.teardown(node.stopDaemon)
+  const client = await connectDaemon({ home })
+  const pid = (await client.call('ping')).pid
+  const holder = Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim())
+  await client.call('shutdown')
+  client.close()
+  await until('the holder has stopped', async () => { try { process.kill(holder, 0); return false } catch { return true } })
+  t.match(readFileSync(join(home, 'layerd.log'), 'utf8'), new RegExp(`holder: layerd ${pid} exited with code 0; the holder stops`), 'exit code 0, read by waitid')
+})
+
+t.test('a second front for a home whose holder runs exits 3 and changes nothing', async t => {
+  const home = join(dir, 'c')
+  const node = layerdNode(home)
+  t.teardown(node.stopDaemon)
+  const client = await connectDaemon({ home })
+  const pid = (await client.call('ping')).pid
+  client.close()
+  const holder = readFileSync(join(home, HOLDER_PID_FILE), 'utf8')
+  const { file, args } = holderCommand(home)
+  const code = await new Promise(resolve => spawn(file, args, { stdio: 'ignore' }).once('exit', resolve))
+  t.equal(code, 3, 'the Node holder it falls back to says another holder runs')
+  t.equal(readFileSync(join(home, HOLDER_PID_FILE), 'utf8'), holder, 'the pid file is the running holder\'s')
+  t.equal(await servingPid(home), pid, 'the same layerd serves')
+})
