@@ -4,10 +4,11 @@
  * holder boots, is the holder's child from the start, and the holder keeps
  * it as one it had started itself (restarted after a SIGKILL, stopped with
  * the holder). A second start for a home whose holder runs changes nothing.
+ * A Node holder that dies before it serves leaves layerd serving, unprotected.
  */
 import t from 'tap'
 import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
 import { connectDaemon, HOLDER_FRONT, holderCommand } from '../daemon/daemon-launcher.js'
@@ -98,4 +99,23 @@ t.test('a second front for a home whose holder runs exits 3 and changes nothing'
   t.equal(code, 3, 'the Node holder it falls back to says another holder runs')
   t.equal(readFileSync(join(home, HOLDER_PID_FILE), 'utf8'), holder, 'the pid file is the running holder\'s')
   t.equal(await servingPid(home), pid, 'the same layerd serves')
+})
+
+t.test('a holder that dies while it boots leaves the front\'s layerd serving, unprotected, and saying so', async t => {
+  const home = join(dir, 'd')
+  const node = layerdNode(home)
+  t.teardown(node.stopDaemon)
+  const dies = join(dir, 'dying-holder.mjs')
+  writeFileSync(dies, 'process.exit(1)\n') // in the window between the front's exec and the holder serving layerd's socket
+  mkdirSync(home, { recursive: true })
+  const logFd = openSync(join(home, 'layerd.log'), 'a')
+  const { file, args } = holderCommand(home, [], { holderEntry: dies })
+  const code = await new Promise(resolve => spawn(file, args, { stdio: ['ignore', logFd, logFd] }).once('exit', resolve))
+  closeSync(logFd)
+  t.equal(code, 1, 'the holder died')
+  await until('layerd serves', async () => { await servingPid(home); return true })
+  const pid = await servingPid(home)
+  t.not(parentOf(pid), process.pid, 'layerd outlived its parent')
+  t.match(readFileSync(join(home, 'layerd.log'), 'utf8'), /the holder fd store failed: FUSE connections may not survive this daemon: (cannot reach the holder|the holder is gone)/,
+    'layerd says its connections are no longer protected')
 })
