@@ -7,14 +7,18 @@
  * With `--old DIR` (another built checkout) both builds run, interleaved,
  * the order alternating per rep.
  *
- *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--no-holder | --node-holder] [--out DIR]
+ *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--starts front,node,alone] [--no-holder | --node-holder] [--out DIR]
+ *
+ * `--starts`: the ways to start, each a row, interleaved (default `front`):
+ * `front` as layerctl starts it; `node` the Node holder directly, without
+ * its C front (the start before the front); `alone` layerd without a holder
+ * (LAYERD_HOLDER=0's way). `--no-holder` and `--node-holder` are
+ * `--starts alone` and `--starts node`.
  *
  * `--drop-caches` drops the page cache before each start (root), as
  * bench/cold-start.ts does before each of its reps: every module, addon and
- * the node binary are then read from disk. `--no-holder` starts layerd
- * alone (LAYERD_HOLDER=0's way); `--node-holder` starts the Node holder
- * directly, without its C front (the start before the front). The warm standby is off (it would start
- * 3 s later anyway). Each start is stopped (SIGTERM, waited for) before the
+ * the node binary are then read from disk. The warm standby is off (it
+ * would start 3 s later anyway). Each start is stopped (SIGTERM, waited for) before the
  * next.
  *
  * Bench-only: may import anything.
@@ -34,13 +38,26 @@ const SPEC = {
   'drop-caches': { type: 'boolean' },
   'no-holder': { type: 'boolean' },
   'node-holder': { type: 'boolean' },
+  starts: { type: 'string', value: 'LIST' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('daemon-start', SPEC)
 const REPS = ARGS.number('reps', { min: 1 })
 const DROP = ARGS.flag('drop-caches')
-const HOLDER = !ARGS.flag('no-holder')
-const FRONT = !ARGS.flag('node-holder')
+const START_WAYS = ['front', 'node', 'alone'] as const
+type StartWay = typeof START_WAYS[number]
+const STARTS: StartWay[] = (() => {
+  const list = ARGS.optString('starts') ?? (ARGS.flag('no-holder') ? 'alone' : ARGS.flag('node-holder') ? 'node' : 'front')
+  const ways = list.split(',')
+  const bad = ways.find(w => !(START_WAYS as readonly string[]).includes(w))
+  if (bad !== undefined) throw new Error(`daemon-start: --starts ${JSON.stringify(list)}: ${JSON.stringify(bad)} is not one of ${START_WAYS.join(', ')}`)
+  return [...new Set(ways as StartWay[])]
+})()
+const START_TITLES: Record<StartWay, string> = {
+  front: 'the holder\'s C front: layerd, and the Node holder beside it',
+  node: 'the Node holder, then layerd',
+  alone: 'layerd alone'
+}
 const POLL_MS = 2
 const GIVE_UP_MS = 30_000
 
@@ -79,13 +96,13 @@ async function call (socket: Socket, id: number, method: string): Promise<void> 
   if (answer.error !== undefined) throw new Error(`${method}: ${answer.error.message}`)
 }
 
-/** One cold start of the build in `dist` (of the checkout `root`) at a fresh home. */
-async function coldStart (root: string, dist: string): Promise<Sample> {
+/** One cold start, the way `way`, of the build in `dist` (of the checkout `root`) at a fresh home. */
+async function coldStart (root: string, dist: string, way: StartWay): Promise<Sample> {
   const home = await mkdtemp(join(tmpdir(), 'layerd-bench-start-'))
   if (DROP) await dropPageCaches()
   const main = join(dist, 'layerd/main.js')
-  const { file, args } = HOLDER
-    ? holderCommand(home, [], { front: FRONT, daemonEntry: main, holderEntry: join(dist, 'layerd/holder.js'), holderFront: join(root, 'native/build/Release/layerd-holder') })
+  const { file, args } = way !== 'alone'
+    ? holderCommand(home, [], { front: way === 'front', daemonEntry: main, holderEntry: join(dist, 'layerd/holder.js'), holderFront: join(root, 'native/build/Release/layerd-holder') })
     : { file: process.execPath, args: ['--max-semi-space-size=1', main, '--foreground', '--home', home] }
   const t0 = performance.now()
   const child: ChildProcess = spawn(file, args, { stdio: 'ignore', env: { ...process.env, LAYERD_WARM_STANDBY: '0' } })
@@ -108,10 +125,11 @@ async function coldStart (root: string, dist: string): Promise<Sample> {
 
 async function main (): Promise<void> {
   const old = ARGS.optString('old')
-  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${HOLDER ? (FRONT ? '' : ' --node-holder') : ' --no-holder'}`
-  const sides = [{ name: 'this build', root: REPO_ROOT }, ...(old === undefined ? [] : [{ name: `old (${old})`, root: resolve(old) }])]
+  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${STARTS.join() === 'front' ? '' : ` --starts ${STARTS.join()}`}`
+  const builds = [{ name: 'this build', root: REPO_ROOT }, ...(old === undefined ? [] : [{ name: `old (${old})`, root: resolve(old) }])]
+  const sides = builds.flatMap(b => STARTS.map(way => ({ name: STARTS.length === 1 ? b.name : `${b.name}, ${way}`, root: b.root, way })))
   const load = startLoadSampler()
-  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.root, join(s.root, 'dist')) })),
+  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.root, join(s.root, 'dist'), s.way) })),
     s => `accepts ${fmt(s.acceptMs, 0)} ms, ping ${fmt(s.pingMs, 0)} ms, serves ${fmt(s.servesMs, 0)} ms`, { rotate: true })
   const loadFigures = load.stop()
   const rows = sides.map(s => {
@@ -120,11 +138,11 @@ async function main (): Promise<void> {
   })
   await writeReport({
     name: 'daemon-start',
-    title: `layerd cold start, spawn to serving (${HOLDER ? (FRONT ? 'the holder\'s C front: layerd and the holder beside it' : 'the Node holder, then layerd') : 'layerd alone'}${DROP ? ', page cache dropped' : ''}), medians of ${REPS}`,
+    title: `layerd cold start, spawn to serving (${STARTS.map(w => `${w}: ${START_TITLES[w]}`).join('; ')}${DROP ? ', page cache dropped' : ''}), medians of ${REPS}`,
     command,
     load: loadFigures,
-    markdown: markdownTable(['build', 'socket accepts ms', 'ping answered ms', 'serves (`mounts` answered) ms'], rows),
-    data: { reps: REPS, dropCaches: DROP, holder: HOLDER, holderFront: HOLDER && FRONT, samples: Object.fromEntries(samples) }
+    markdown: markdownTable(['build, start', 'socket accepts ms', 'ping answered ms', 'serves (`mounts` answered) ms'], rows),
+    data: { reps: REPS, dropCaches: DROP, starts: STARTS, samples: Object.fromEntries(samples) }
   }, ARGS.string('out'))
 }
 

@@ -14,7 +14,9 @@
  *   2. makes the layerd <-> holder socketpair (src/holder/fd-store-protocol.ts)
  *      and forks layerd with its end as fd 3 (LAYERD_HOLDER_FD), stdin
  *      /dev/null, stdout and stderr ours: the command line and environment
- *      the Node holder's own start gives it;
+ *      the Node holder's own start gives it, and LAYERD_HOLDER_FRESH=1 (the
+ *      holder keeps nothing yet, so layerd does not wait for its answers to
+ *      `list` and `standby` while it boots);
  *   3. becomes the Node holder by exec, with `--adopt PID:FD` (layerd's pid,
  *      the holder's end): the holder serves that socket and waits for that
  *      child (src/holder/adopted-daemon.ts) as for one it started itself.
@@ -43,6 +45,7 @@
 
 #define HOLDER_PID_FILE "holder.pid"
 #define HOLDER_FD_ENV "LAYERD_HOLDER_FD"
+#define HOLDER_FRESH_ENV "LAYERD_HOLDER_FRESH"
 #define LAYERD_HOLDER_FD 3
 
 /* The parts of the command line: argv[1] is node, then node's flags, the holder's script and its options. */
@@ -124,7 +127,8 @@ static void exec_layerd(int argc, char **argv, const command_line *c, int sock) 
   }
   int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null >= 0) dup2(null, STDIN_FILENO);
-  if (setenv(HOLDER_FD_ENV, "3", 1) != 0) _exit(127);
+  /* The holder keeps nothing yet: layerd need not wait for it to boot to learn that (fd-store-protocol.ts). */
+  if (setenv(HOLDER_FD_ENV, "3", 1) != 0 || setenv(HOLDER_FRESH_ENV, "1", 1) != 0) _exit(127);
   char **args = calloc((size_t)argc + 4, sizeof *args);
   if (args == NULL) _exit(127);
   int n = 0;

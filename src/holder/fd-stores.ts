@@ -10,7 +10,7 @@
 import { closeSync } from 'node:fs'
 import { FdStoreError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
-import { HOLDER_FD_ENV, MAX_MESSAGE_BYTES, decodeReply, encodeMessage, type HolderReply, type HolderRequest } from './fd-store-protocol.js'
+import { HOLDER_FD_ENV, HOLDER_FRESH_ENV, MAX_MESSAGE_BYTES, decodeReply, encodeMessage, type HolderReply, type HolderRequest } from './fd-store-protocol.js'
 
 export { FdStoreError }
 
@@ -42,14 +42,18 @@ export class HolderFdStore implements FdStore {
   readonly kind = 'holder'
   readonly #sock: number
   readonly #native: NativeFdPassing
+  /** A holder still booting that keeps nothing (HOLDER_FRESH_ENV): `list` and `standby` are answered here, until the first `put`. */
+  #fresh: boolean
 
-  constructor (sock: number) {
+  constructor (sock: number, fresh = false) {
     this.#native = nativeFdPassing()
     this.#sock = sock
+    this.#fresh = fresh
     this.#native.fdSetCloexec(sock) // sandboxes and tools this daemon starts must not reach the holder
   }
 
   list (): Map<string, number> {
+    if (this.#fresh) return new Map()
     this.#send({ op: 'list' }, [])
     const out = new Map<string, number>()
     for (;;) {
@@ -65,9 +69,12 @@ export class HolderFdStore implements FdStore {
     }
   }
 
-  put (name: string, fd: number): void { this.#call({ op: 'put', name }, [fd]) }
+  put (name: string, fd: number): void { this.#fresh = false; this.#call({ op: 'put', name }, [fd]) }
   drop (name: string): void { this.#call({ op: 'drop', name }, []) }
-  standby (untilTakeover = false): void { this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS) }
+  standby (untilTakeover = false): void {
+    if (this.#fresh && !untilTakeover) return // no other layerd runs under a fresh holder: it would answer ok at once
+    this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS)
+  }
   ready (): void { this.#call({ op: 'ready' }, []) }
 
   #call (request: HolderRequest, fds: number[], timeoutMs = HOLDER_REPLY_TIMEOUT_MS): void {
@@ -162,8 +169,10 @@ export function fdStoreFromEnv (env: NodeJS.ProcessEnv = process.env): FdStore |
   if (holderFd !== undefined && holderFd !== '') {
     const fd = Number(holderFd)
     if (!Number.isSafeInteger(fd) || fd < 3) throw new FdStoreError(`${HOLDER_FD_ENV}=${JSON.stringify(holderFd)} is not a file descriptor ≥ 3`)
-    delete env[HOLDER_FD_ENV] // children (sandboxes, tools) never see it
-    return new HolderFdStore(fd)
+    const fresh = env[HOLDER_FRESH_ENV] === '1'
+    delete env[HOLDER_FD_ENV] // children (sandboxes, tools) never see them
+    delete env[HOLDER_FRESH_ENV]
+    return new HolderFdStore(fd, fresh)
   }
   const notify = env.NOTIFY_SOCKET
   if (notify !== undefined && notify !== '') return new SystemdFdStore(notify, env)
