@@ -220,6 +220,9 @@ export class LayerdDaemon {
       await parts.mounts.releaseUntakenConnections()
       mark('services')
       served()
+      // The answers that waited for this go out first: a holder still booting beside this daemon (its C front
+      // started both, src/holder/README.md) answers `ready` only once it is up, and ready() waits for that answer.
+      await new Promise(resolve => setImmediate(resolve))
       this.#keeper?.ready()
       log(`start phases (ms since the process began): ${phases.join(', ')}`)
       log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${parts.cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)

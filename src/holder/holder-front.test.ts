@@ -4,14 +4,15 @@
  * holder boots, is the holder's child from the start, and the holder keeps
  * it as one it had started itself (restarted after a SIGKILL, stopped with
  * the holder). A second start for a home whose holder runs changes nothing.
- * A Node holder that dies before it serves leaves layerd serving, unprotected.
+ * layerd serves without waiting for a Node holder still booting; one that
+ * dies before it serves leaves layerd serving, unprotected.
  */
 import t from 'tap'
 import { spawn } from 'node:child_process'
 import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
-import { connectDaemon, HOLDER_FRONT, holderCommand } from '../daemon/daemon-launcher.js'
+import { connectDaemon, HOLDER_ENTRY, HOLDER_FRONT, holderCommand } from '../daemon/daemon-launcher.js'
 import { HOLDER_PID_FILE } from './fd-store-protocol.js'
 
 // A crash is then always followed by a cold start, so the test sees the restart of the adopted layerd itself.
@@ -118,4 +119,26 @@ t.test('a holder that dies while it boots leaves the front\'s layerd serving, un
   t.not(parentOf(pid), process.pid, 'layerd outlived its parent')
   t.match(readFileSync(join(home, 'layerd.log'), 'utf8'), /the holder fd store failed: FUSE connections may not survive this daemon: (cannot reach the holder|the holder is gone)/,
     'layerd says its connections are no longer protected')
+})
+
+t.test('the front\'s layerd serves while the Node holder is still booting, and the holder takes it on once up', async t => {
+  const home = join(dir, 'e')
+  const node = layerdNode(home)
+  t.teardown(node.stopDaemon)
+  // A holder 3.5 s slow to boot (under the 5 s layerd waits for an answer): layerd must not wait for it before it answers.
+  const slow = join(dir, 'slow-holder.mjs')
+  writeFileSync(slow, `await new Promise(resolve => setTimeout(resolve, 3500))\nawait import(${JSON.stringify(HOLDER_ENTRY)})\n`)
+  mkdirSync(home, { recursive: true })
+  const logFd = openSync(join(home, 'layerd.log'), 'a')
+  const { file, args } = holderCommand(home, [], { holderEntry: slow })
+  spawn(file, args, { stdio: ['ignore', logFd, logFd], detached: true }).unref()
+  closeSync(logFd)
+  const log = (): string => readFileSync(join(home, 'layerd.log'), 'utf8')
+  let pid = 0
+  let before = ''
+  await until('layerd answers', async () => { pid = await servingPid(home); before = log(); return true })
+  t.notMatch(before, /adopted layerd/, 'layerd answered before the holder was up')
+  await until('the holder hears that layerd serves', async () => log().includes(`holder: layerd ${pid} serves`))
+  t.match(log(), new RegExp(`adopted layerd ${pid} `), 'the holder adopted it')
+  t.notMatch(log(), /fd store failed/, 'layerd\'s requests waited in the socket for the holder, none failed')
 })
