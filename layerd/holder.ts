@@ -4,11 +4,13 @@
  * and upgrades, and restarts it (src/holder/holder.ts). Started by
  * layerctl's daemon launcher, detached, logging to `<home>/layerd.log`.
  *
- *   layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD] [-- LAYERD_FLAGS…]
+ *   layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N]] [-- LAYERD_FLAGS…]
  *
  * `--adopt` is given by the holder's C front (native/holder_front.c), which
  * started the first layerd (pid PID, this process's child) with the other
- * end of the socketpair FD before it became this process by exec.
+ * end of the socketpair FD before it became this process by exec; with
+ * `--nice-back`, it booted this process nicer than layerd, and the holder
+ * goes back to nice N first thing.
  *
  * Exit codes: 0 when layerd stopped cleanly; layerd's own code when it
  * refused to start (2 bad flags, 3 another daemon holds the home); 2 on bad
@@ -20,12 +22,12 @@ import { describeError } from '../src/errors.js'
 import { HOLDER_EXIT, Holder, HolderError } from '../src/holder/holder.js'
 import { resolveSettings } from '../src/state/settings.js'
 
-const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD] [-- LAYERD_FLAGS...]'
+const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N]] [-- LAYERD_FLAGS...]'
 
 async function main (): Promise<number> {
   let parsed
   try {
-    parsed = parseArgs({ options: { home: { type: 'string' }, entry: { type: 'string' }, adopt: { type: 'string' } }, allowPositionals: true })
+    parsed = parseArgs({ options: { home: { type: 'string' }, entry: { type: 'string' }, adopt: { type: 'string' }, 'nice-back': { type: 'string' } }, allowPositionals: true })
   } catch (err) {
     console.error(`layerd-holder: ${describeError(err)}; ${USAGE}`)
     return HOLDER_EXIT.USAGE
@@ -34,6 +36,12 @@ async function main (): Promise<number> {
   if (home === undefined) { console.error(`layerd-holder: --home is required; ${USAGE}`); return HOLDER_EXIT.USAGE }
   const adopted = adopt === undefined ? undefined : /^([1-9][0-9]*):([0-9]+)$/.exec(adopt)
   if (adopted === null) { console.error(`layerd-holder: --adopt ${JSON.stringify(adopt)} is not PID:FD; ${USAGE}`); return HOLDER_EXIT.USAGE }
+  const niceBackFlag = parsed.values['nice-back']
+  const niceBack = niceBackFlag === undefined ? undefined : Number(niceBackFlag)
+  if (niceBack !== undefined && !(Number.isInteger(niceBack) && niceBack >= -20 && niceBack <= 19)) {
+    console.error(`layerd-holder: --nice-back ${JSON.stringify(niceBackFlag)} is not a nice value (-20 to 19); ${USAGE}`)
+    return HOLDER_EXIT.USAGE
+  }
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
   const holder = new Holder({
     home,
@@ -41,6 +49,7 @@ async function main (): Promise<number> {
     daemonArgs: parsed.positionals,
     warmStandby: resolveSettings({ home }).warmStandby,
     ...(adopted === undefined ? {} : { adopt: { pid: Number(adopted[1]), sock: Number(adopted[2]) } }),
+    ...(niceBack === undefined ? {} : { niceBack }),
     log
   })
   try {

@@ -20,6 +20,9 @@
  *   3. becomes the Node holder by exec, with `--adopt PID:FD` (layerd's pid,
  *      the holder's end): the holder serves that socket and waits for that
  *      child (src/holder/adopted-daemon.ts) as for one it started itself.
+ *      As root, 10 nicer than layerd, with `--nice-back NICE`: its Node boot
+ *      then takes only CPU that layerd's does not, and it goes back to NICE
+ *      (every thread) first thing once booted.
  *
  * Nothing is lost while the Node holder boots: the socketpair exists before
  * layerd does, so what layerd sends (its requests, the fds it hands over)
@@ -39,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +51,8 @@
 #define HOLDER_FD_ENV "LAYERD_HOLDER_FD"
 #define HOLDER_FRESH_ENV "LAYERD_HOLDER_FRESH"
 #define LAYERD_HOLDER_FD 3
+/* How much nicer the Node holder boots than layerd, which boots beside it on the node's cores (root only; at most 19). */
+#define HOLDER_BOOT_NICE_STEP 10
 
 /* The parts of the command line: argv[1] is node, then node's flags, the holder's script and its options. */
 typedef struct {
@@ -74,13 +80,17 @@ static int parse(int argc, char **argv, command_line *c) {
   return c->home != NULL && c->home[0] == '/' && c->entry != NULL;
 }
 
-/* Become the Node holder: argv[1..], with `--adopt ADOPT` after the script when adopt is not NULL. Returns only on failure. */
-static void exec_holder(int argc, char **argv, int script, const char *adopt) {
-  char **args = calloc((size_t)argc + 3, sizeof *args);
+/*
+ * Become the Node holder: argv[1..], with `--adopt ADOPT` after the script when adopt is not NULL, and
+ * `--nice-back NICE` when nice_back is not NULL. Returns only on failure.
+ */
+static void exec_holder(int argc, char **argv, int script, const char *adopt, const char *nice_back) {
+  char **args = calloc((size_t)argc + 5, sizeof *args);
   if (args == NULL) return;
   int n = 0;
   for (int i = 1; i <= script; i++) args[n++] = argv[i];
   if (adopt != NULL) { args[n++] = (char *)"--adopt"; args[n++] = (char *)adopt; }
+  if (nice_back != NULL) { args[n++] = (char *)"--nice-back"; args[n++] = (char *)nice_back; }
   for (int i = script + 1; i < argc; i++) args[n++] = argv[i];
   execv(argv[1], args);
   free(args);
@@ -153,22 +163,35 @@ int main(int argc, char **argv) {
   if (!parse(argc, argv, &c)) {
     int script = 2;
     while (script < argc - 1 && argv[script][0] == '-') script++;
-    exec_holder(argc, argv, script, NULL);
+    exec_holder(argc, argv, script, NULL, NULL);
   } else if (!take_pid_file(c.home) || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-    exec_holder(argc, argv, c.script, NULL);
+    exec_holder(argc, argv, c.script, NULL, NULL);
   } else {
     pid_t pid = fork();
     if (pid == 0) exec_layerd(argc, argv, &c, sv[1]);
     close(sv[1]);
     if (pid < 0) {
       close(sv[0]);
-      exec_holder(argc, argv, c.script, NULL);
+      exec_holder(argc, argv, c.script, NULL, NULL);
     } else {
       int flags = fcntl(sv[0], F_GETFD);
       if (flags >= 0) fcntl(sv[0], F_SETFD, flags & ~FD_CLOEXEC); /* the Node holder's end survives the exec */
       char adopt[32];
       snprintf(adopt, sizeof adopt, "%d:%d", (int)pid, sv[0]);
-      exec_holder(argc, argv, c.script, adopt);
+      /* The holder's Node boot must not take CPU from layerd's on a busy node: nicer until it has booted. Going
+         back needs CAP_SYS_NICE, so only root does this (a later layerd would inherit the nicer value). */
+      char nice_back[16];
+      int niced = 0;
+      if (geteuid() == 0) {
+        errno = 0;
+        int prio = getpriority(PRIO_PROCESS, 0);
+        int boot = prio + HOLDER_BOOT_NICE_STEP > 19 ? 19 : prio + HOLDER_BOOT_NICE_STEP;
+        if (errno == 0 && boot > prio && setpriority(PRIO_PROCESS, 0, boot) == 0) {
+          snprintf(nice_back, sizeof nice_back, "%d", prio);
+          niced = 1;
+        }
+      }
+      exec_holder(argc, argv, c.script, adopt, niced ? nice_back : NULL);
       /* No holder can run: layerd must not serve unprotected under a holder that never was. */
       kill(pid, SIGKILL);
       waitpid(pid, NULL, 0);

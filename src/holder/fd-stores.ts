@@ -30,7 +30,11 @@ export interface FdStore {
    * (for a warm standby: the holder is gone, so it must not serve).
    */
   standby: (untilTakeover?: boolean) => void
-  /** This daemon serves: the holder resets its restart backoff, systemd marks the unit started. Sync; throws FdStoreError. */
+  /**
+   * This daemon serves: the holder resets its restart backoff, systemd marks the unit started. Sync; does not
+   * wait for the holder's answer (it is read before the next call's), so a holder still booting does not hold
+   * the daemon up. Throws FdStoreError when the message cannot be sent.
+   */
   ready: () => void
 }
 
@@ -44,6 +48,8 @@ export class HolderFdStore implements FdStore {
   readonly #native: NativeFdPassing
   /** A holder still booting that keeps nothing (HOLDER_FRESH_ENV): `list` and `standby` are answered here, until the first `put`. */
   #fresh: boolean
+  /** Answers still to read before the next call's: those to `ready`, sent without waiting. */
+  #unread = 0
 
   constructor (sock: number, fresh = false) {
     this.#native = nativeFdPassing()
@@ -55,6 +61,7 @@ export class HolderFdStore implements FdStore {
   list (): Map<string, number> {
     if (this.#fresh) return new Map()
     this.#send({ op: 'list' }, [])
+    this.#readUnread()
     const out = new Map<string, number>()
     for (;;) {
       const { reply, fds } = this.#receive()
@@ -75,10 +82,24 @@ export class HolderFdStore implements FdStore {
     if (this.#fresh && !untilTakeover) return // no other layerd runs under a fresh holder: it would answer ok at once
     this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS)
   }
-  ready (): void { this.#call({ op: 'ready' }, []) }
+  ready (): void { this.#send({ op: 'ready' }, []); this.#unread++ }
 
   #call (request: HolderRequest, fds: number[], timeoutMs = HOLDER_REPLY_TIMEOUT_MS): void {
     this.#send(request, fds)
+    this.#readUnread()
+    this.#expectOk(request, timeoutMs)
+  }
+
+  /** Read the answers to the `ready`s sent without waiting (they come before the next call's). */
+  #readUnread (): void {
+    while (this.#unread > 0) {
+      this.#unread--
+      this.#expectOk({ op: 'ready' }, HOLDER_REPLY_TIMEOUT_MS)
+    }
+  }
+
+  /** Read the answer to `request`: ok, or throw FdStoreError. */
+  #expectOk (request: HolderRequest, timeoutMs: number): void {
     const { reply, fds: extra } = this.#receive(timeoutMs)
     for (const fd of extra) closeSync(fd)
     if (reply.op === 'error') throw new FdStoreError(`the holder refused ${request.op}: ${reply.message}`)

@@ -9,7 +9,8 @@
  */
 import t from 'tap'
 import { spawn } from 'node:child_process'
-import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs'
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { getPriority } from 'node:os'
 import { join } from 'node:path'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
 import { connectDaemon, HOLDER_ENTRY, HOLDER_FRONT, holderCommand } from '../daemon/daemon-launcher.js'
@@ -24,6 +25,12 @@ const dir = t.testdir()
 function parentOf (pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
   return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+}
+
+/** The nice value of a thread (/proc/PID/task/TID/stat, field 19). Sync. */
+function niceOf (pid: number, tid = pid): number {
+  const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])
 }
 
 /** Ping the daemon at `home` (starting none): its pid. Async. */
@@ -60,8 +67,16 @@ t.test('a layerd started by the front is the holder\'s child, restarted after a 
   t.equal(parentOf(first), holder, 'layerd\'s parent is the holder (the front became it by exec)')
   t.match(readFileSync(`/proc/${holder}/cmdline`, 'utf8'), /holder\.js\0--adopt\0\d+:\d+\0/, 'the Node holder adopted it')
   const log = (): string => readFileSync(join(home, 'layerd.log'), 'utf8')
-  t.match(log(), new RegExp(`holder ${holder}: adopted layerd ${first} `), 'the holder says so')
+  // layerd answers without waiting for the holder (it may still be booting): wait for its line.
+  await until('the holder says it adopted layerd', async () => new RegExp(`holder ${holder}: adopted layerd ${first} `).test(log()))
   await until('the holder hears that the adopted layerd serves', async () => log().includes(`holder: layerd ${first} serves`))
+  if (process.getuid?.() === 0) {
+    // The front boots the Node holder 10 nicer than layerd; the holder goes back, on every thread, once booted.
+    t.match(readFileSync(`/proc/${holder}/cmdline`, 'utf8'), new RegExp(`\0--nice-back\0${getPriority()}\0`), 'the front booted the holder nicer')
+    const nices = readdirSync(`/proc/${holder}/task`).map(tid => niceOf(holder, Number(tid)))
+    t.same([...new Set(nices)], [getPriority()], 'every holder thread is back at the launcher\'s nice value')
+    t.equal(niceOf(first), getPriority(), 'layerd never was nicer')
+  }
 
   process.kill(first, 'SIGKILL')
   await until('a new layerd serves', async () => { const pid = await servingPid(home); return pid !== first })
@@ -117,8 +132,9 @@ t.test('a holder that dies while it boots leaves the front\'s layerd serving, un
   await until('layerd serves', async () => { await servingPid(home); return true })
   const pid = await servingPid(home)
   t.not(parentOf(pid), process.pid, 'layerd outlived its parent')
-  t.match(readFileSync(join(home, 'layerd.log'), 'utf8'), /the holder fd store failed: FUSE connections may not survive this daemon: (cannot reach the holder|the holder is gone)/,
-    'layerd says its connections are no longer protected')
+  // Its `ready`, sent right after its first answers, finds the socket closed.
+  await until('layerd says its connections are no longer protected', async () =>
+    /the holder fd store failed: FUSE connections may not survive this daemon: (cannot reach the holder|the holder is gone)/.test(readFileSync(join(home, 'layerd.log'), 'utf8')))
 })
 
 t.test('the front\'s layerd serves while the Node holder is still booting, and the holder takes it on once up', async t => {
@@ -138,6 +154,8 @@ t.test('the front\'s layerd serves while the Node holder is still booting, and t
   let before = ''
   await until('layerd answers', async () => { pid = await servingPid(home); before = log(); return true })
   t.notMatch(before, /adopted layerd/, 'layerd answered before the holder was up')
+  t.equal(await servingPid(home), pid)
+  t.notMatch(log(), /adopted layerd/, 'and answers again: its `ready` does not wait for the holder\'s answer')
   await until('the holder hears that layerd serves', async () => log().includes(`holder: layerd ${pid} serves`))
   t.match(log(), new RegExp(`adopted layerd ${pid} `), 'the holder adopted it')
   t.notMatch(log(), /fd store failed/, 'layerd\'s requests waited in the socket for the holder, none failed')

@@ -20,7 +20,7 @@
  * Started by its C front (native/holder_front.c), it adopts the first layerd
  * (`HolderOptions.adopt`): the front started it before this process booted.
  *
- * May import: src/errors.ts, src/native.ts, ./fd-store-protocol.ts, ./adopted-daemon.ts.
+ * May import: src/errors.ts, src/native.ts, src/host/thread-priority.ts, ./fd-store-protocol.ts, ./adopted-daemon.ts.
  */
 import { spawn } from 'node:child_process'
 import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
@@ -30,6 +30,7 @@ import { getPriority, setPriority } from 'node:os'
 import { join } from 'node:path'
 import { HolderError, LayerdError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
+import { setProcessNice } from '../host/thread-priority.js'
 import { AdoptedDaemon, type DaemonProcess } from './adopted-daemon.js'
 import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 
@@ -80,6 +81,8 @@ export interface HolderOptions {
    * holder's end of its socketpair. Undefined: the holder starts it.
    */
   adopt?: { pid: number, sock: number }
+  /** The nice value to go back to, on every thread, at start: the C front booted this process nicer than layerd. */
+  niceBack?: number
 }
 
 export interface HolderStatus {
@@ -148,6 +151,10 @@ export class Holder {
   /** Take the pid file, listen, start layerd. Async; throws HolderError (code 'ERR_HOLDER') when another holder runs. */
   async start (): Promise<void> {
     const adopt = this.#opts.adopt
+    if (this.#opts.niceBack !== undefined) {
+      // Before anything that starts a thread or a layerd: both inherit the calling thread's nice value.
+      try { setProcessNice(this.#opts.niceBack) } catch (err) { this.#opts.log(`holder: cannot go back to nice ${this.#opts.niceBack}: ${describeError(err)}`) }
+    }
     try {
       this.#takePidFile()
     } catch (err) {
