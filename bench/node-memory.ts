@@ -104,6 +104,8 @@ interface SideResult {
   reclaimPasses: number
   /** Full GCs the reclaimer ran because layerd's anonymous memory grew while over the target. */
   collections: number
+  /** Settles the reclaimer ran as a burst of chunk reads ended (with the lmdb pages it wrote flushed and dropped). */
+  burstEnds: number
   filesDropped: number
   /** layerd's own page-cache copies dropped (src/daemon/page-copies.ts): the store's bytes, and flush-and-drops of the chunk cache file. */
   storeBytesDropped: number
@@ -280,6 +282,7 @@ async function runSide (work: string, storeDir: string, storeUrl: string, side: 
       chunkMisses: stats.cache.misses,
       reclaimPasses: stats.memory.reclaim?.passes ?? 0,
       collections: stats.memory.reclaim?.collections ?? 0,
+      burstEnds: stats.memory.reclaim?.burstEnds ?? 0,
       filesDropped: stats.memory.reclaim?.filesDropped ?? 0,
       storeBytesDropped: stats.memory.reclaim?.storeBytesDropped ?? 0,
       cacheFileDrops: stats.memory.reclaim?.cacheFileDrops ?? 0,
@@ -337,6 +340,7 @@ async function main (): Promise<void> {
         row('chunk cache file (data.mdb) in the page cache then (MB)', r => r.cacheFileResidentBytes, 1, MB),
         row('reclaim passes', r => r.reclaimPasses, 0),
         row('collections (GCs on layerd\'s anonymous memory growth over the target)', r => r.collections, 0),
+        row('settles as a burst of chunk reads ended', r => r.burstEnds, 0),
         row('image files whose page cache was dropped', r => r.filesDropped, 0),
         row('store reads\' pages dropped (MB)', r => r.storeBytesDropped, 1, MB),
         row('chunk cache file flushed and dropped after commits (times)', r => r.cacheFileDrops, 0),

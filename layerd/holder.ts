@@ -12,14 +12,13 @@
  * `--nice-back`, it booted this process nicer than layerd, and the holder
  * goes back to nice N first thing.
  *
- * Exit codes: 0 when layerd stopped cleanly; layerd's own code when it
- * refused to start (2 bad flags, 3 another daemon holds the home); 2 on bad
- * flags; 3 when a holder already runs for that home; 1 otherwise.
+ * Exit codes: HOLDER_EXIT (src/exit-codes.ts).
  */
 import { parseArgs } from 'node:util'
 import { fileURLToPath } from 'node:url'
-import { describeError } from '../src/errors.js'
-import { HOLDER_EXIT, Holder, HolderError } from '../src/holder/holder.js'
+import { HolderError, describeError } from '../src/errors.js'
+import { HOLDER_EXIT } from '../src/exit-codes.js'
+import { Holder } from '../src/holder/holder.js'
 import { resolveSettings } from '../src/state/settings.js'
 
 const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N]] [-- LAYERD_FLAGS...]'

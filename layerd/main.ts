@@ -17,13 +17,14 @@
  * default at half the limit; `off` turns it off.
  *
  * Without --foreground it starts itself in the background and returns once
- * the control socket answers. Exit codes: see LAYERD_EXIT.
+ * the control socket answers. Exit codes: see LAYERD_EXIT (src/exit-codes.ts).
  */
 import { parseArgs } from 'node:util'
 import { describeError } from '../src/errors.js'
 import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
-import { AlreadyRunningError, LAYERD_EXIT, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
+import { AlreadyRunningError, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
+import { LAYERD_EXIT } from '../src/exit-codes.js'
 import { installProcessGuards } from '../src/daemon/process-guards.js'
 import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
@@ -96,7 +97,7 @@ async function main (): Promise<number> {
       ...(values['log-format'] === undefined ? [] : ['--log-format', values['log-format']]),
       ...(values['log-level'] === undefined ? [] : ['--log-level', values['log-level']])]
     const { connectDaemon } = await import('../src/daemon/daemon-launcher.js')
-    const client = await connectDaemon({ home, args })
+    const client = await connectDaemon({ home, args, holder: settings.holder })
     const info = await client.call('ping')
     client.close()
     console.log(`layerd running (pid ${info.pid}) for ${home}`)

@@ -77,7 +77,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 9, &v);
+  napi_create_uint32(env, 11, &v);
   return v;
 }
 
@@ -351,6 +351,7 @@ void fastcdc_register(napi_env env, napi_value exports);  // fastcdc.c
 void fd_passing_register(napi_env env, napi_value exports);  // fd_passing.c
 void memory_register(napi_env env, napi_value exports);  // memory.c
 void entry_stat_register(napi_env env, napi_value exports);  // entry_stat.c
+void spawn_register(napi_env env, napi_value exports);  // spawn.c
 
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
@@ -371,6 +372,7 @@ static napi_value init(napi_env env, napi_value exports) {
   fd_passing_register(env, exports);
   memory_register(env, exports);
   entry_stat_register(env, exports);
+  spawn_register(env, exports);
   return exports;
 }
 

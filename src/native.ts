@@ -48,6 +48,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   fadviseDontNeed? (fd: number, offset: number, length: number): void
   fadviseRandom? (fd: number, random: boolean): void
   lstatEntry? (path: string, out: Float64Array): string[]
+  spawnVfork?: NativeSpawnVfork
 }
 
 /** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
@@ -294,6 +295,26 @@ export function flock (fd: number, operation: number): boolean {
   const b = load()
   if (b.flock === undefined) throw new UnsupportedError('layerd native addon has no flock (built before version 5): run `npm run build`')
   return b.flock(fd, operation)
+}
+
+/**
+ * posix_spawn (clone with CLONE_VM | CLONE_VFORK: no copy of this process's
+ * page tables, unlike libuv's fork) with `pipes` pipes as the child's fds
+ * 0 .. pipes-1 (fd 0 and 3.. read by the child, 1 and 2 written by it; the
+ * parent's ends are returned), signal dispositions reset, and the exit
+ * watched on this event loop through a pidfd: `onExit(code, signal)` once the
+ * child is reaped (code -1 when a signal ended it). `path` is the program
+ * itself, not searched in PATH. Throws errno errors (ENOENT, EACCES; syscall
+ * 'posix_spawn'); UnsupportedError when the addon is older than version 10
+ * (native/spawn.c).
+ */
+export type NativeSpawnVfork = (path: string, argv: string[], envp: string[], cwd: string | null, pipes: number, onExit: (code: number, signal: number) => void) => { pid: number, fds: number[] }
+
+/** The addon's posix_spawn. Sync; throws UnsupportedError when the addon is missing or older than version 10. */
+export function nativeSpawnVfork (): NativeSpawnVfork {
+  const b = load()
+  if (b.spawnVfork === undefined) throw new UnsupportedError('layerd native addon has no spawnVfork (built before version 10): run `npm run build`')
+  return b.spawnVfork.bind(b)
 }
 
 /** The addon's malloc and page-cache calls. Sync; throws UnsupportedError when the addon is missing or older than version 7. */

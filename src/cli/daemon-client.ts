@@ -10,7 +10,7 @@ import { daemonArgs, takeEarly } from './early-connect.js'
 
 /** The daemon for this home; connected (and started, unless layerd itself runs the command) once per command, or taken from connectEarly. */
 export async function daemonFor (ctx: CommandContext): Promise<ControlClient> {
-  const client = await (takeEarly(ctx.settings.home) ?? connectDaemon({ home: ctx.settings.home, args: daemonArgs(ctx.settings), autoStart: !ctx.inDaemon }))
+  const client = await (takeEarly(ctx.settings.home) ?? connectDaemon({ home: ctx.settings.home, args: daemonArgs(ctx.settings), autoStart: !ctx.inDaemon, holder: ctx.settings.holder }))
   ctx.defer(() => client.close())
   return client
 }

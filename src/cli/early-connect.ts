@@ -44,7 +44,7 @@ export function connectEarly (argv: string[], env: NodeJS.ProcessEnv = process.e
     const home = homeFlag(argv)
     settings = resolveSettings(home === undefined ? {} : { home }, env)
   } catch { return }
-  const client = connectDaemon({ home: settings.home, args: daemonArgs(settings) })
+  const client = connectDaemon({ home: settings.home, args: daemonArgs(settings), holder: settings.holder })
   client.catch(() => {}) // takeEarly's caller sees the error
   early = { home: settings.home, client }
 }

@@ -168,6 +168,8 @@ export interface ReclaimStats {
   filesDropped: number
   /** Full GCs run while over the target because anonymous memory grew (memory-reclaimer.ts). */
   collections?: number
+  /** Settling passes run because a burst of chunk reads ended while over the target (memory-reclaimer.ts). */
+  burstEnds?: number
   lastPassAt?: string
   lastPassMs?: number
   /** Use before and after the last pass (the gauge's bytes). */

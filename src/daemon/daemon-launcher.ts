@@ -3,7 +3,8 @@
  * which connects to `<home>/layerd.sock` and, when nothing answers, starts
  * layerd's holder (src/holder/: it starts layerd, keeps its FUSE
  * connections and restarts it when it dies) in the background (detached,
- * logging to `<home>/layerd.log`) and waits for layerd; LAYERD_HOLDER=0
+ * logging to `<home>/layerd.log`) and waits for layerd; `holder: false`
+ * (Settings.holder: LAYERD_HOLDER=0, resolved at the roots)
  * starts layerd alone (its mounts then die with it). The client never
  * removes or rewrites the daemon's files (socket, pid file, lock): starting
  * one more daemon (or holder) is always safe, since the home's lock
@@ -19,6 +20,7 @@ import { existsSync, openSync, closeSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { DaemonUnavailableError } from '../errors.js'
+import { LAYERD_EXIT } from '../exit-codes.js'
 import { ensureHomeDir } from '../state/node-db.js'
 import { ControlClient } from './control-client.js'
 import { readDaemonPid, socketPath } from './control-protocol.js'
@@ -51,10 +53,9 @@ export interface DaemonOptions {
   args?: string[]
   /** Start the daemon when it is not running (default true). */
   autoStart?: boolean
+  /** Start it under a holder (Settings.holder, LAYERD_HOLDER). Default true. */
+  holder?: boolean
 }
-
-/** The exit code of a layerd that found another one holding the home's lock (LAYERD_EXIT.ALREADY_RUNNING). */
-const EXIT_ALREADY_RUNNING = 3
 
 /** The pid in `<home>/layerd.pid` if that process is alive (informational: the lock decides who runs). */
 export function runningDaemonPid (home: string): number | undefined {
@@ -78,7 +79,7 @@ export async function connectDaemon (opts: DaemonOptions): Promise<ControlClient
     try { return await ControlClient.connect(sock) } catch (err) { last = err }
     const code = started.exitCode
     // Our start lost the lock to another daemon: wait for that one. Any other exit is a failed start.
-    if (code !== undefined && code !== EXIT_ALREADY_RUNNING) {
+    if (code !== undefined && code !== LAYERD_EXIT.ALREADY_RUNNING) {
       throw new DaemonUnavailableError(`layerd exited with code ${code ?? 'null (killed by a signal)'} while starting; see ${log}`, { cause: last })
     }
   }
@@ -104,7 +105,7 @@ function startDaemon (opts: DaemonOptions): { exitCode: number | null | undefine
   ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
-    const { file, args } = process.env.LAYERD_HOLDER === '0'
+    const { file, args } = opts.holder === false
       ? { file: process.execPath, args: [...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])] }
       : holderCommand(opts.home, opts.args)
     const child = spawn(file, args, {

@@ -11,7 +11,7 @@ import { layerdNode } from '../../fixtures/layerd-harness.js'
 import { pidFilePath, readDaemonPid, socketPath } from './control-protocol.js'
 import { DAEMON_ENTRY } from './daemon-launcher.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
-import { LAYERD_EXIT } from './layerd-daemon.js'
+import { LAYERD_EXIT } from '../exit-codes.js'
 
 const CONCURRENT_STARTS = 8
 const dir = t.testdir()

@@ -30,7 +30,7 @@ import { overlaySafePath } from './image-stacks.js'
 import { allChunks } from './image-chunks.js'
 import type { MountChunkReader } from './mount-chunk-reader.js'
 import type { PreparedTakeovers } from './prepared-takeovers.js'
-import type { StoreLocation, StorePool } from './store-pool.js'
+import { storeLocationOf, type StoreLocation, type StorePool } from './store-pool.js'
 
 /** A stacked layer chain's top layer is fetched whole at mount up to this many stored (compressed) bytes (prefetchSmallTop). */
 export const TOP_LAYER_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
@@ -86,7 +86,7 @@ export class LayerChains {
     const started = performance.now()
     const mountpoint = resolve(req.mountpoint)
     this.host.refuseMounted(req.name, mountpoint)
-    const loc: StoreLocation = { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+    const loc = storeLocationOf(req)
     const tocs = await this.host.layerTocs(loc, req.layers)
     const loaded: LoadedImage = {
       digest: sha256Digest(Buffer.from(req.layers.join('\n'))),

@@ -19,6 +19,7 @@
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { PullIncompleteError, UnsupportedError, UsageError } from '../errors.js'
+import { LAYERD_EXIT } from '../exit-codes.js'
 import type { ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir } from '../state/node-db.js'
 import type { NodeDb } from '../state/node-db.js'
@@ -99,15 +100,6 @@ export interface DaemonParts { home: string, db: NodeDb, mounts: MountManager, s
  * with UnsupportedError naming the method).
  */
 export interface DaemonService { close: () => Promise<void>, handlers?: Partial<ControlHandlers> }
-
-/**
- * Documented exit codes of `layerd`: 0 after a clean stop; 1 when a stop
- * failed; 2 bad flags; 3 another daemon holds the home's lock; 4 the home or
- * cache cannot be opened; 5 a fatal internal error (an uncaught exception,
- * logged with its stack; process-guards.ts), after which a holder restarts it;
- * 6 after a handover (SIGUSR2: the mounts are left to the next daemon).
- */
-export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, FATAL: 5, HANDOVER: 6 } as const
 
 export { AlreadyRunningError }
 

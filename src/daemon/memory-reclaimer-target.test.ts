@@ -79,3 +79,44 @@ t.test('MemoryReclaimer keeps collecting on growth while a pass (a slow settle) 
   endSettle()
   held.length = 0
 })
+
+t.test('MemoryReclaimer settles, and drops the pages a burst wrote, as soon as a burst of chunk reads ends over the target', async t => {
+  let reads = 0
+  let settles = 0
+  let flushes = 0
+  let over = true
+  const reclaimer = new MemoryReclaimer({
+    gauge: { source: 'test', read: () => ({ usedBytes: over ? 200 * MIB : 10 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
+    targetBytes: 100 * MIB,
+    settle: async () => { settles++ },
+    flushWrites: async () => { flushes++ },
+    cacheFiles: () => [],
+    activity: () => reads,
+    burstMinReads: 100,
+    burstQuietMs: 50,
+    burstSettleGapMs: 100,
+    // The periodic settle only once in the test: a second settle is the burst's.
+    settleEveryMs: 60_000,
+    intervalMs: 10,
+    collectCheckMs: 10
+  })
+  t.teardown(() => reclaimer.close())
+  await tick(60)
+  t.equal(settles, 1, 'the first pass over the target settles')
+  t.equal(flushes, 0, 'the periodic settle leaves the pages just written (hits during a burst read them)')
+  const burst = async (n: number): Promise<void> => { for (let i = 0; i < 10; i++) { reads += n / 10; await tick(15) } }
+  await burst(500)
+  t.equal(settles, 1, 'no settle while the burst goes on')
+  await tick(250)
+  t.equal(settles, 2, 'the burst ended: settled at once, not at the next periodic settle')
+  t.equal(flushes, 1, 'with the burst\'s pages flushed')
+  t.equal(reclaimer.stats.burstEnds, 1, 'counted')
+  await burst(50)
+  await tick(250)
+  t.equal(settles, 2, 'a few reads are no burst: no settle')
+  over = false
+  await tick(40)
+  await burst(500)
+  await tick(250)
+  t.equal(settles, 2, 'under the target: no settle at a burst\'s end')
+})

@@ -20,6 +20,15 @@
  *     bench/node-memory.ts layerd's anonymous memory stood ~20 MB above its
  *     level after the wave at the node's peak. One GC of the daemon's small
  *     heap costs a few ms, against a settle's 10–150;
+ *   - when a burst of chunk reads ends (`activity` moved by `burstMinReads`
+ *     or more, then stood still for `burstQuietMs`: 250 ms), a settling pass
+ *     at once (at most one per `burstSettleGapMs`), with the chunk cache
+ *     pages the burst wrote flushed and dropped without their wait
+ *     (`flushWrites`). A cold wave's node peak comes as it ends: every file
+ *     is in the sandboxes' page cache and their programs start, while
+ *     layerd still held the wave's buffers and its last 0.5–1 s of lmdb
+ *     pages (bench/node-memory.ts: 20–25 MB above its level after the
+ *     wave) until the next 2 s settle. Looked at on the growth timer;
  *   - it runs passes. A pass:
  *     1. at most once per `settleEveryMs`, settles the daemon (decoded-chunk
  *        LRU, read buffers, GC, malloc_trim; a settle blocks the event loop
@@ -66,6 +75,16 @@ export interface MemoryReclaimerOptions {
   collectGrowthBytes?: number
   /** How often anonymous memory growth is looked at while over the target. Default 50 ms. */
   collectCheckMs?: number
+  /** A counter that moves with the mounts' chunk reads (cache hits + misses): a burst's end settles at once. Default: none (no burst ends). */
+  activity?: () => number
+  /** Reads of `activity` that make a burst. Default 256 (a cold wave makes ~19,000; a warm sandbox a few dozen). */
+  burstMinReads?: number
+  /** Stillness of `activity` that ends a burst. Default 250 ms. */
+  burstQuietMs?: number
+  /** A burst's settle comes at least this long after the last settle. Default 1000 ms (settles every 1 s cost +59% time in bench/node-memory). */
+  burstSettleGapMs?: number
+  /** At a burst's end, after the settle: flush and drop the chunk cache pages commits wrote, now (PageCopyDropper.dropWrittenNow). Not at the periodic settles: during a burst, hits read the pages just written. */
+  flushWrites?: () => Promise<void>
   /** Files whose page cache is dropped outright at each pass (the chunk cache's lmdb file). */
   cacheFiles: () => string[]
   /** Image files not read for this long lose their page cache at a pass. Default 30 s (5 s cost 2.3x the page-cache misses in bench/node-memory: see src/daemon/README.md). */
@@ -86,9 +105,12 @@ const DEFAULT_INTERVAL_MS = 250
 const DEFAULT_PSI_THRESHOLD = 1
 const DEFAULT_COLLECT_GROWTH_BYTES = 4 * 1024 * 1024
 const DEFAULT_COLLECT_CHECK_MS = 50
+const DEFAULT_BURST_MIN_READS = 256
+const DEFAULT_BURST_QUIET_MS = 250
+const DEFAULT_BURST_SETTLE_GAP_MS = 1000
 
 export class MemoryReclaimer {
-  readonly #o: Required<Omit<MemoryReclaimerOptions, 'log' | 'collect' | 'overTargetChanged'>> & Pick<MemoryReclaimerOptions, 'overTargetChanged'> & { log: (line: string) => void, collect: () => void }
+  readonly #o: Required<Omit<MemoryReclaimerOptions, 'log' | 'collect' | 'overTargetChanged' | 'activity'>> & Pick<MemoryReclaimerOptions, 'overTargetChanged' | 'activity'> & { log: (line: string) => void, collect: () => void }
   readonly #timer: NodeJS.Timeout
   /** Runs only while over the target. */
   #collectTimer: NodeJS.Timeout | undefined
@@ -96,6 +118,10 @@ export class MemoryReclaimer {
   #lastSettle = -Infinity
   #overTarget = false
   #anonBase = Infinity
+  /** The burst watch: `activity` at the last look, when it last moved, and at the last burst's end. */
+  #reads: number | undefined
+  #readsMovedAt = 0
+  #burstFrom = 0
   readonly stats: ReclaimStats
 
   constructor (options: MemoryReclaimerOptions) {
@@ -106,11 +132,15 @@ export class MemoryReclaimer {
       psiThreshold: DEFAULT_PSI_THRESHOLD,
       collectGrowthBytes: DEFAULT_COLLECT_GROWTH_BYTES,
       collectCheckMs: DEFAULT_COLLECT_CHECK_MS,
+      burstMinReads: DEFAULT_BURST_MIN_READS,
+      burstQuietMs: DEFAULT_BURST_QUIET_MS,
+      burstSettleGapMs: DEFAULT_BURST_SETTLE_GAP_MS,
+      flushWrites: async () => {},
       collect: () => {},
       log: () => {},
       ...options
     }
-    this.stats = { targetBytes: options.targetBytes, gauge: options.gauge.source, passes: 0, filesDropped: 0, collections: 0 }
+    this.stats = { targetBytes: options.targetBytes, gauge: options.gauge.source, passes: 0, filesDropped: 0, collections: 0, burstEnds: 0 }
     this.#timer = setInterval(() => this.#check(), this.#o.intervalMs)
     this.#timer.unref()
   }
@@ -137,14 +167,32 @@ export class MemoryReclaimer {
     if (this.underPressure(reading)) void this.#start(this.#o.coldMs, false, (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold)
   }
 
-  /** The growth look's timer: on while over the target, off under it. */
+  /** The growth look's timer (and the burst watch's): on while over the target, off under it. */
   #watchGrowth (on: boolean): void {
     clearInterval(this.#collectTimer)
     this.#collectTimer = undefined
     this.#anonBase = Infinity
+    this.#reads = undefined
     if (!on) return
-    this.#collectTimer = setInterval(() => this.#collectIfGrown(), this.#o.collectCheckMs)
+    this.#collectTimer = setInterval(() => { this.#collectIfGrown(); this.#settleIfBurstEnded() }, this.#o.collectCheckMs)
     this.#collectTimer.unref()
+  }
+
+  /** While over the target: a settling pass once a burst of chunk reads has ended (see the module doc). */
+  #settleIfBurstEnded (): void {
+    if (this.#o.activity === undefined) return
+    const reads = this.#o.activity()
+    const now = performance.now()
+    if (this.#reads === undefined) { this.#reads = this.#burstFrom = reads; return }
+    if (reads !== this.#reads) { this.#reads = reads; this.#readsMovedAt = now; return }
+    if (reads - this.#burstFrom < this.#o.burstMinReads || now - this.#readsMovedAt < this.#o.burstQuietMs) return
+    // A settle since the burst's last read already gave its memory back.
+    if (this.#lastSettle > this.#readsMovedAt) { this.#burstFrom = reads; return }
+    // Busy, or settled a moment ago: the next look tries again.
+    if (this.#running !== undefined || now - this.#lastSettle < this.#o.burstSettleGapMs) return
+    this.#burstFrom = reads
+    this.stats.burstEnds = (this.stats.burstEnds ?? 0) + 1
+    void this.#start(this.#o.coldMs, true, false, true)
   }
 
   /** While over the target: a collection once anonymous memory grew by collectGrowthBytes over its low point since the last one. */
@@ -164,17 +212,19 @@ export class MemoryReclaimer {
     await this.#start(coldMs, settle, true)
   }
 
-  async #start (coldMs: number, settle: boolean, imageFiles: boolean): Promise<void> {
-    this.#running ??= this.#pass(coldMs, settle, imageFiles).finally(() => { this.#running = undefined })
+  async #start (coldMs: number, settle: boolean, imageFiles: boolean, flushWrites = false): Promise<void> {
+    this.#running ??= this.#pass(coldMs, settle, imageFiles, flushWrites).finally(() => { this.#running = undefined })
     await this.#running
   }
 
-  async #pass (coldMs: number, settle: boolean, imageFiles: boolean): Promise<void> {
+  /** `flushWrites`: a burst's end, when no hit is coming that the pages just written would serve. */
+  async #pass (coldMs: number, settle: boolean, imageFiles: boolean, flushWrites: boolean): Promise<void> {
     const started = performance.now()
     const before = this.#o.gauge.read().usedBytes
     if (settle || started - this.#lastSettle >= this.#o.settleEveryMs) {
       this.#lastSettle = started
       await this.#o.settle()
+      if (flushWrites) await this.#o.flushWrites()
       // With the settle (which unmapped lmdb's map from layerd): the pages chunk-cache hits read back since the last one.
       for (const file of this.#o.cacheFiles()) dropFilePageCache(file, this.#o.log)
     }

@@ -17,41 +17,41 @@
  * Decoded layer TOCs are shared by every mount that uses the layer
  * (shared-tocs.ts): images on one base hold the base's TOCs once.
  *
+ * Its parts: shared-image-mounts.ts (images for sandboxes, stacks where they
+ * can be), layer-chains.ts (containerd's layer chains), mount-recovery.ts
+ * (after a restart), trace-sharing.ts (published access traces),
+ * mount-stats.ts (counters); this class owns the mounts, their pins and
+ * TOCs, and the node database's rows.
+ *
  * May import: src/errors.ts, src/format/, src/image/, src/cache/, src/fs/, src/state/,
- * src/host/mount-table.ts, this folder.
+ * src/holder/ (types), this folder.
  */
-import { realpath } from 'node:fs/promises'
-import { basename, join, resolve } from 'node:path'
+import { resolve } from 'node:path'
 import { NotFoundError, UsageError } from '../errors.js'
-import { digestHex, isDigest, type Digest } from '../format/digest.js'
-import { layerKey, manifestKey } from '../format/keys.js'
-import { parseRef } from '../format/ref.js'
-import type { ChunkRef } from '../format/toc.js'
+import type { Digest } from '../format/digest.js'
+import type { LayerToc } from '../format/toc.js'
 import type { ChunkCache } from '../cache/chunk-cache.js'
 import type { PrefetchResult } from '../cache/chunk-fetcher.js'
-import { canonicalPath, fuseOptions, mountImage, type ImageMount } from '../fs/image-mount.js'
+import { canonicalPath } from '../fs/image-mount.js'
 import type { FuseBackend } from '../fs/fuse-binding.js'
-import { lazyUnmount, mountedFsType } from '../fs/fuse-binding.js'
 import { loadImage, loadLayerTocs, type LoadedImage } from '../image/load-image.js'
-import { resolveRef } from '../image/refs.js'
-import { getPublishedTrace, putPublishedTrace } from '../image/published-traces.js'
 import type { NodeDb } from '../state/node-db.js'
 import { MountTable } from '../state/mount-table.js'
-import { MountChunkReader } from './mount-chunk-reader.js'
-import { BlobNeighbours } from './blob-neighbours.js'
+import type { HeldConnections } from '../holder/connection-keeper.js'
 import { AccessTraces, prefetchOrder } from './access-traces.js'
 import { SharedTocs } from './shared-tocs.js'
-import { ImageStacks, mountStackOverlay, overlaySafePath, unmountStackOverlay } from './image-stacks.js'
-import { splitTopLayer } from '../format/layer-split.js'
-import type { LayerToc } from '../format/toc.js'
-import { mountsUnder } from '../host/mount-table.js'
-import type { StoreLocation, StorePool } from './store-pool.js'
-import type { HeldConnections } from '../holder/connection-keeper.js'
+import { ImageStacks, unmountStackOverlay } from './image-stacks.js'
+import { storeLocationOf, type StoreLocation, type StorePool } from './store-pool.js'
 import { SharedImageRecords } from './shared-image-records.js'
+import { SharedImageMounts } from './shared-image-mounts.js'
+import { cleanStaleMount, recoverMounts, type RecoveryResult } from './mount-recovery.js'
 import { PreparedTakeovers } from './prepared-takeovers.js'
 import type { MountInfo, MountStats, SharedImage } from './control-protocol.js'
 import { allChunks } from './image-chunks.js'
-import { LayerChains, chainLowerDirs, type ChainMount, type ChainRequest, type StackTop } from './layer-chains.js'
+import { mountStatsOf } from './mount-stats.js'
+import { publishNodeTrace, readPublishedTrace, type PublishedTrace } from './trace-sharing.js'
+import { LayerChains, chainLowerDirs, type ChainRequest, type StackTop } from './layer-chains.js'
+import { mountLayers, type Mounted } from './layer-mount.js'
 
 /** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_TOP_PREFETCH, LAYERD_FUSE_BACKEND). */
 export interface MountOptions {
@@ -65,15 +65,6 @@ export interface MountOptions {
 
 export interface MountRequest extends StoreLocation { image: string, mountpoint: string }
 
-interface Mounted extends ChainMount {
-  mount: ImageMount
-  layers: Digest[]
-  pins: string[]
-  loc: StoreLocation
-  /** A shared image served as a stack: info.mountpoint is the overlay, `mount` its top layer. */
-  stack?: { topPath: string, baseKey: string }
-}
-
 export class MountManager {
   readonly #rows: MountTable
   readonly #cache: ChunkCache
@@ -82,12 +73,12 @@ export class MountManager {
   readonly #mounts = new Map<string, Mounted>()
   readonly #sharedDir: string
   readonly #traces: AccessTraces
-  readonly #sharing = new Map<string, Promise<SharedImage>>()
   readonly #tocs = new SharedTocs()
   readonly #stacks: ImageStacks
   readonly #keeper: HeldConnections | undefined
   readonly #sharedRecords: SharedImageRecords
   readonly #chains: LayerChains
+  readonly #shared: SharedImageMounts<Mounted>
 
   readonly #options: MountOptions
   /** Trees and tables built ahead for the kept connections (a planned restart); none otherwise. */
@@ -123,6 +114,23 @@ export class MountManager {
       mountLayers: async (...args) => await this.#mountLayers(...args),
       log
     }, { sharedDir, ...(options.stacks === undefined ? {} : { stacks: options.stacks }), ...(options.topLayerPrefetch === undefined ? {} : { topLayerPrefetch: options.topLayerPrefetch }) })
+    this.#shared = new SharedImageMounts({
+      stores,
+      stacks: this.#stacks,
+      records: this.#sharedRecords,
+      prepared: () => this.#prepared,
+      stackImages: options.stacks !== false,
+      load: async (loc, image) => await this.#load(loc, image),
+      mounted: mountpoint => this.#mounts.get(mountpoint),
+      mountMerged: async (req, loaded) => await this.mount(req, loaded),
+      mountLayers: async (...args) => await this.#mountLayers(...args),
+      recordStack: (top, topPath, mountpoint, info, baseKey) => {
+        this.#mounts.delete(topPath)
+        this.#mounts.set(mountpoint, { ...top, info, stack: { topPath, baseKey } })
+      },
+      unmount: async mountpoint => await this.unmount(mountpoint),
+      log
+    }, sharedDir)
   }
 
   /** Mount an image. Async. Throws NotFoundError for an unknown image, UsageError when the directory is already a layerd mount. */
@@ -130,11 +138,11 @@ export class MountManager {
     const started = performance.now()
     const mountpoint = resolve(req.mountpoint)
     this.#refuseMounted(req.image, mountpoint)
-    const loc = locationOf(req)
+    const loc = storeLocationOf(req)
     const loaded = preloaded ?? await this.#load(loc, req.image)
-    const published = this.#publishedTrace(loc, loaded) // its GET overlaps the FUSE mount
+    const published = readPublishedTrace(this.#stores.get(loc).store, loaded, this.#log) // its GET overlaps the FUSE mount
     const m = await this.#mountLayers(loc, mountpoint, req.image, loaded, loaded.manifest.layers.map(l => l.digest), loaded.tocs, undefined, started)
-    this.#rows.put({ mountpoint: m.info.mountpoint, image: req.image, manifest: m.image.digest, store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }), mountedAt: m.info.mountedAt })
+    this.#rows.put({ mountpoint: m.info.mountpoint, image: req.image, manifest: m.image.digest, ...storeLocationOf(req), mountedAt: m.info.mountedAt })
     void published.then(refs => {
       if (refs === undefined || refs.length === 0 || this.#mounts.get(m.info.mountpoint) !== m) return
       this.#log(`${m.info.mountpoint}: prefetching the ${refs.length} chunks of ${req.image}'s published access trace`)
@@ -144,32 +152,15 @@ export class MountManager {
   }
 
   /**
-   * The published access trace of `loaded` (src/image/published-traces.ts),
-   * or undefined when there is none or it cannot be read: it is only a hint,
-   * so a failure is logged and the mount goes on. Async; never rejects.
-   */
-  async #publishedTrace (loc: StoreLocation, loaded: LoadedImage): Promise<ChunkRef[] | undefined> {
-    try {
-      return await getPublishedTrace(this.#stores.get(loc).store, loaded.digest, loaded.tocs)
-    } catch (err) {
-      this.#log(`published access trace of ${loaded.digest}: ${(err as Error).message}`)
-      return undefined
-    }
-  }
-
-  /**
    * Publish the node's access trace of the image `req.image` (what its
    * mounts here read first) to its store, for other nodes to prefetch at
    * mount. Async. Throws NotFoundError when this node has no trace of it (a
    * trace is saved when a mount of the image ends).
    */
-  async publishTrace (req: StoreLocation & { image: string }): Promise<{ manifest: string, key: string, chunks: number }> {
-    const loc = locationOf({ ...req, mountpoint: '' })
+  async publishTrace (req: StoreLocation & { image: string }): Promise<PublishedTrace> {
+    const loc = storeLocationOf(req)
     const loaded = await this.#load(loc, req.image)
-    const trace = this.#traces.load(loaded.digest)
-    if (trace.length === 0) throw new NotFoundError(`cannot publish a trace of ${req.image}: no mount of it (manifest ${loaded.digest}) has ended on this node yet, so there is no access trace to publish`)
-    const { key, chunks } = await putPublishedTrace(this.#stores.get(loc).store, loaded.digest, loaded.tocs, trace)
-    return { manifest: loaded.digest, key, chunks }
+    return await publishNodeTrace(this.#stores.get(loc).store, this.#traces, req.image, loaded)
   }
 
   #refuseMounted (image: string, mountpoint: string): void {
@@ -194,35 +185,10 @@ export class MountManager {
    */
   async #mountLayers (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], tocs: LayerToc[],
     top: StackTop | undefined, started: number): Promise<Mounted> {
-    const { store, fetcher } = this.#stores.get(loc)
-    const image: LoadedImage = { ...loaded, tocs: this.#tocs.acquire(layers, tocs) }
-    const pins = [manifestKey(digestHex(image.digest)), ...layers.map(l => layerKey(digestHex(l)))]
-    this.#cache.pin(pins)
-    try {
-      let neighbours: BlobNeighbours | undefined
-      const reader = new MountChunkReader(fetcher, store.url, {
-        onPrefetchError: err => this.#log(`prefetch for ${mountpoint}: ${(err as Error).message}`),
-        neighbours: () => (neighbours ??= new BlobNeighbours(image.tocs)),
-        isCached: digest => this.#cache.has(digest)
-      })
-      const prepared = top === undefined ? this.#prepared.take(mountpoint, layers) : top.prepared
-      const source = { ...loc, layers, ...(top === undefined ? {} : { base: top.base }) }
-      const mount = await mountImage({
-        mountpoint, tocs: image.tocs, reader, log: this.#log, source, ...(top === undefined ? {} : { tree: top.tree }), ...(prepared === undefined ? {} : { prepared }),
-        ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...fuseOptions(this.#options.fuseBackend)
-      })
-      const info: MountInfo = {
-        mountpoint: mount.mountpoint, image: name, manifest: image.digest, store: store.url,
-        mountedAt: new Date().toISOString(), mountMs: performance.now() - started
-      }
-      const m: Mounted = { info, mount, reader, image, layers, pins, loc }
-      this.#mounts.set(mount.mountpoint, m)
-      return m
-    } catch (err) {
-      this.#cache.unpin(pins)
-      this.#tocs.release(layers)
-      throw err
-    }
+    const parts = { stores: this.#stores, cache: this.#cache, tocs: this.#tocs, prepared: this.#prepared, keeper: this.#keeper, fuseBackend: this.#options.fuseBackend, log: this.#log }
+    const m = await mountLayers(parts, { loc, mountpoint, name, loaded, layers, tocs, top, started })
+    this.#mounts.set(m.mount.mountpoint, m)
+    return m
   }
 
   /**
@@ -257,81 +223,13 @@ export class MountManager {
   }
 
   /**
-   * A shared image as a stack (image-stacks.ts): its lower layers' shared
-   * base, its top layer, and the read-only overlay of the two at
-   * `req.mountpoint`; one merged mount when the top layer cannot be
-   * stacked exactly or the path cannot go into overlay options. Async.
-   */
-  #recordOf (req: MountRequest, mountpoint: string): { mountpoint: string, image: string, manifest: string, store: string, s3Endpoint?: string } {
-    return { mountpoint, image: req.image, manifest: req.image, store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
-  }
-
-  async #mountShared (req: MountRequest): Promise<MountInfo> {
-    const started = performance.now()
-    const mountpoint = resolve(req.mountpoint)
-    const loc = locationOf(req)
-    const loaded = await this.#load(loc, req.image)
-    const layers = loaded.manifest.layers.map(l => l.digest)
-    const topPath = `${mountpoint}.top`
-    if (layers.length < 2 || this.#options.stacks === false || !overlaySafePath(topPath) || !overlaySafePath(this.#sharedDir)) return await this.mount(req, loaded)
-    const { store, fetcher } = this.#stores.get(loc)
-    const base = await this.#stacks.acquireBase(layers.slice(0, -1), loaded.tocs.slice(0, -1), fetcher, store.url, loc)
-    const preparedTop = this.#prepared.take(topPath, layers.slice(-1), layers.slice(0, -1))
-    const split = preparedTop ?? splitTopLayer(base.tree, loaded.tocs.at(-1)!)
-    if ('reason' in split) {
-      this.#log(`image ${req.image}: one merged mount, not a stack: ${split.reason}`)
-      await this.#stacks.releaseBase(base.key)
-      return await this.mount(req, loaded)
-    }
-    let top: Mounted | undefined
-    try {
-      top = await this.#mountLayers(loc, topPath, req.image, loaded, layers.slice(-1), loaded.tocs.slice(-1),
-        { tree: split.tree, base: layers.slice(0, -1), ...(preparedTop === undefined ? {} : { prepared: preparedTop }) }, started)
-      // A takeover of both FUSE mounts keeps the overlay above them (and the sandboxes' overlays above that) as it is.
-      const overlay = await mountedFsType(mountpoint)
-      if (!(overlay === 'overlay' && top.mount.adopted && base.mount.adopted)) {
-        if (overlay !== undefined) await unmountStackOverlay(mountpoint)
-        await mountStackOverlay(mountpoint, topPath, base.mountpoint)
-      }
-    } catch (err) {
-      if (top !== undefined) await this.unmount(topPath).catch(() => {})
-      await this.#stacks.releaseBase(base.key)
-      throw err
-    }
-    this.#mounts.delete(topPath)
-    const info: MountInfo = { ...top.info, mountpoint, mountMs: performance.now() - started }
-    this.#mounts.set(mountpoint, { ...top, info, stack: { topPath, baseKey: base.key } })
-    this.#sharedRecords.put({ ...this.#recordOf(req, mountpoint), topPath: top.mount.mountpoint, basePath: base.mount.mountpoint })
-    return info
-  }
-
-  /**
    * The image mounted read-only for sandboxes, at `<sharedDir>/<manifest hex>`,
-   * mounting it on first use. Shared by every sandbox of that manifest and
-   * kept until the daemon stops (a warm mount is what makes a start fast).
-   * Concurrent calls for one image mount it once. Async.
+   * mounting it on first use (shared-image-mounts.ts: a stack where it can
+   * be). Shared by every sandbox of that manifest and kept until the daemon
+   * stops. Concurrent calls for one image mount it once. Async.
    */
   async shared (req: StoreLocation & { image: string }): Promise<SharedImage> {
-    const { store } = this.#stores.get(req)
-    // Only the manifest digest is needed to find the mount: no TOC is read or decoded for a mounted image.
-    const manifest = isDigest(req.image) ? req.image : await resolveRef(store, parseRef(req.image))
-    const mountpoint = join(this.#sharedDir, digestHex(manifest))
-    const existing = this.#mounts.get(mountpoint)
-    if (existing !== undefined) return { mountpoint, manifest, config: existing.image.manifest.config, mountMs: 0 }
-    let pending = this.#sharing.get(mountpoint)
-    if (pending === undefined) {
-      pending = this.#mountShared({ ...req, image: manifest, mountpoint })
-        .then(info => {
-          const m = this.#mounts.get(mountpoint)!
-          m.info.image = req.image
-          const record = this.#sharedRecords.get(mountpoint)
-          this.#sharedRecords.put({ ...(record ?? this.#recordOf({ ...req, image: manifest, mountpoint }, mountpoint)), image: req.image })
-          return { mountpoint, manifest, config: m.image.manifest.config, mountMs: info.mountMs }
-        })
-        .finally(() => this.#sharing.delete(mountpoint))
-      this.#sharing.set(mountpoint, pending)
-    }
-    return await pending
+    return await this.#shared.shared(req)
   }
 
   /** The manifests of every image mounted now (plain mounts, stacks and shared images). Sync. */
@@ -371,17 +269,7 @@ export class MountManager {
     const m = shared === undefined
       ? this.#get(mountpoint)
       : { info: { mountpoint: shared.base.mountpoint, image: `shared base of ${shared.layers} layer(s), under ${shared.users} stack(s)` }, reader: shared.base.reader, mount: shared.base.mount }
-    const s = m.reader.stats
-    const fuseOps = m.mount.serverCounters()
-    return {
-      mountpoint: m.info.mountpoint,
-      image: m.info.image,
-      ...m.mount.stats(),
-      fetches: s.fetches,
-      prefetchedChunks: s.prefetchedChunks,
-      storeErrors: s.storeErrors,
-      ...(fuseOps === undefined ? {} : { fuseOps })
-    }
+    return mountStatsOf(m)
   }
 
   /**
@@ -400,62 +288,22 @@ export class MountManager {
   }
 
   /**
-   * After a restart: the mounts the database lists and the shared images
-   * recorded belong to a daemon that died. Where the keeper kept a
-   * connection, serve it again (a takeover: readers never notice); clean
-   * every other mountpoint (a dead FUSE mount answers ENOTCONN) and, with
-   * `restore`, mount it again. Shared images whose connections were not
-   * kept are cleaned and mounted again on demand, as before. Never throws;
+   * After a restart: take over the kept connections of the mounts and shared
+   * images a dead daemon left, clean the other mountpoints and, with
+   * `restore`, mount them again (mount-recovery.ts). Async; never throws,
    * failures are logged.
    */
-  async recover (restore: boolean): Promise<{ cleaned: number, restored: number, adopted: number }> {
-    const keeper = restore ? this.#keeper : undefined
-    let adopted = 0
-    const sharedDir = await realpath(this.#sharedDir).catch(() => resolve(this.#sharedDir))
-    const kept = (path: string): boolean => keeper?.has(path) === true
-    const keptImages = this.#sharedRecords.list().filter(r => kept(r.topPath ?? r.mountpoint) && (r.basePath === undefined || kept(r.basePath)))
-    const keepOverlays = new Set(keptImages.filter(r => r.topPath !== undefined).map(r => join(sharedDir, basename(r.mountpoint))))
-    // Whatever is left below the shared directory that no kept connection serves is dead: detach it first.
-    for (const left of await mountsUnder(this.#sharedDir)) {
-      if (kept(left) || keepOverlays.has(left)) continue
-      try { await lazyUnmount(left) } catch (err) { this.#log(`cleaning stale mount ${left}: ${(err as Error).message}`) }
-    }
-    for (const r of this.#sharedRecords.list()) {
-      if (!keptImages.includes(r)) { this.#sharedRecords.delete(r.mountpoint); continue }
-      try {
-        const before = performance.now()
-        await this.shared({ image: r.manifest, store: r.store, ...(r.s3Endpoint === undefined ? {} : { s3Endpoint: r.s3Endpoint }) })
-        const m = this.#mounts.get(r.mountpoint)
-        if (m !== undefined) { m.info.image = r.image; this.#sharedRecords.put({ ...this.#sharedRecords.get(r.mountpoint)!, image: r.image }) }
-        if (m?.mount.adopted === true) adopted++
-        this.#log(`image ${r.image} at ${r.mountpoint}: ${m?.mount.adopted === true ? 'taken over' : 'mounted again'} in ${Math.round(performance.now() - before)} ms`)
-      } catch (err) {
-        this.#log(`serving image ${r.image} at ${r.mountpoint} again: ${(err as Error).message}`)
-      }
-    }
-    const rows = this.#rows.list()
-    let restored = 0
-    let cleaned = 0
-    for (const row of rows) {
-      if (this.#mounts.has(row.mountpoint)) continue // a shared image, served above
-      cleaned++
-      this.#rows.remove(row.mountpoint)
-      if (!restore) {
-        try { await lazyUnmount(row.mountpoint) } catch (err) { this.#log(`cleaning stale mount ${row.mountpoint}: ${(err as Error).message}`) }
-        continue
-      }
-      try {
-        // mountImage takes a kept connection over, or cleans the dead mount and mounts afresh.
-        await this.mount({ image: row.manifest, mountpoint: row.mountpoint, store: row.store, ...(row.s3Endpoint === undefined ? {} : { s3Endpoint: row.s3Endpoint }) })
-        const m = this.#mounts.get(resolve(row.mountpoint))!
-        m.info.image = row.image
-        if (m.mount.adopted) adopted++
-        restored++
-      } catch (err) {
-        this.#log(`restoring mount of ${row.image} at ${row.mountpoint}: ${(err as Error).message}`)
-      }
-    }
-    return { cleaned, restored, adopted }
+  async recover (restore: boolean): Promise<RecoveryResult> {
+    return await recoverMounts({
+      keeper: this.#keeper,
+      sharedDir: this.#sharedDir,
+      sharedRecords: this.#sharedRecords,
+      rows: this.#rows,
+      mounted: mountpoint => this.#mounts.get(mountpoint),
+      shared: async req => await this.shared(req),
+      mount: async req => await this.mount(req),
+      log: this.#log
+    }, restore)
   }
 
   /**
@@ -477,7 +325,7 @@ export class MountManager {
     this.#prepared.clear()
     for (const dead of this.#keeper?.releaseUntaken() ?? []) {
       if (this.#mounts.has(dead)) continue
-      try { await lazyUnmount(dead) } catch (err) { this.#log(`cleaning stale mount ${dead}: ${(err as Error).message}`) }
+      await cleanStaleMount({ log: this.#log }, dead)
     }
   }
 
@@ -495,7 +343,3 @@ export class MountManager {
   }
 }
 
-/** The store part of a request. */
-function locationOf (req: MountRequest): StoreLocation {
-  return { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
-}

@@ -27,10 +27,20 @@ function filesUnder (dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true, recursive: true }).filter(e => e.isFile()).map(e => join(e.parentPath, e.name))
 }
 
-async function setup (t: Test, active: boolean | (() => boolean)): Promise<{ dropper: PageCopyDropper, cache: LmdbChunkCache, store: FsObjectStore, storeDir: string, lines: string[] }> {
+/** A 16 MiB blob put in `store`, and its file, dropped from the page cache. */
+async function uncachedBlob (store: FsObjectStore, storeDir: string): Promise<{ blob: Buffer, blobFile: string }> {
+  const blob = randomBytes(16 * MIB)
+  await store.put('blobs/one', blob)
+  const [blobFile] = filesUnder(storeDir)
+  const fd = openSync(blobFile!, 'r')
+  try { nativeMemory().fadviseDontNeed(fd, 0, 0) } finally { closeSync(fd) }
+  return { blob, blobFile: blobFile! }
+}
+
+async function setup (t: Test, active: boolean | (() => boolean), dropDelayMs?: number): Promise<{ dropper: PageCopyDropper, cache: LmdbChunkCache, store: FsObjectStore, storeDir: string, lines: string[] }> {
   const dir = t.testdir()
   const lines: string[] = []
-  const dropper = new PageCopyDropper({ active: typeof active === 'function' ? active : () => active, cacheFile: join(dir, 'cache', 'data.mdb'), log: line => lines.push(line) })
+  const dropper = new PageCopyDropper({ active: typeof active === 'function' ? active : () => active, cacheFile: join(dir, 'cache', 'data.mdb'), log: line => lines.push(line), ...(dropDelayMs === undefined ? {} : { dropDelayMs }) })
   const cache = LmdbChunkCache.open(join(dir, 'cache'), { writeDelayMs: 1, afterCommit: dropper.afterCacheCommit })
   const store = new FsObjectStore(join(dir, 'store'), { afterRead: dropper.afterStoreRead, beforeRead: dropper.beforeStoreRead }) // put fsyncs: clean pages, as a store's are
   t.teardown(async () => { await dropper.idle(); await cache.close(); await store.close() })
@@ -65,12 +75,8 @@ t.test('`PageCopyDropper` drops a store range read and the chunk cache pages a c
 t.test('`PageCopyDropper` turns a store file\'s readahead off while active, and back on once inactive', async t => {
   let active = true
   const { dropper, store, storeDir, lines } = await setup(t, () => active)
-  const blob = randomBytes(16 * MIB)
-  await store.put('blobs/one', blob)
-  const [blobFile] = filesUnder(storeDir)
+  const { blob, blobFile } = await uncachedBlob(store, storeDir)
   const KIB64 = 64 * 1024
-  const fd = openSync(blobFile!, 'r')
-  try { nativeMemory().fadviseDontNeed(fd, 0, 0) } finally { closeSync(fd) }
   t.equal(resident(blobFile!), 0, 'the blob just written is out of the page cache')
   const settled = async (): Promise<number> => { await new Promise(resolve => setTimeout(resolve, 100)); return resident(blobFile!) }
   // The file's first read, at its start, and the next range right after it (sequential): the kernel would read far ahead of both.
@@ -100,4 +106,40 @@ t.test('`PageCopyDropper` inactive drops nothing', async t => {
   await dropper.idle()
   t.ok(resident(cache.mapFile) >= MIB, 'data.mdb stays in the page cache')
   t.same(dropper.stats, { storeReadsDropped: 0, storeBytesDropped: 0, cacheFileDrops: 0 })
+})
+
+t.test('`PageCopyDropper.dropStoreReadahead()` drops the readahead of store reads made before it became active', async t => {
+  let active = false
+  const { dropper, store, storeDir, lines } = await setup(t, () => active)
+  const { blobFile } = await uncachedBlob(store, storeDir)
+  const KIB64 = 64 * 1024
+  // Inactive (under the target): the kernel reads ahead, and nothing is dropped.
+  for (let i = 0; i < 4; i++) await store.getRange('blobs/one', i * KIB64, KIB64)
+  await new Promise(resolve => setTimeout(resolve, 100))
+  const ahead = resident(blobFile!)
+  t.ok(ahead > 4 * KIB64, `inactive: read ahead (${ahead} bytes resident after reading ${4 * KIB64})`)
+  // Use crosses the target; the next settle drops what was read before too (the reclaimer's settle calls this).
+  active = true
+  dropper.dropStoreReadahead()
+  t.equal(resident(blobFile!), 0, 'the readahead of the reads made while inactive is gone')
+  t.same(lines, [], 'nothing failed')
+})
+
+t.test('`PageCopyDropper.dropWrittenNow()` flushes and drops the pages commits wrote without their wait', async t => {
+  const { dropper, cache, lines } = await setup(t, true, 60_000)
+  const chunks = Array.from({ length: 64 }, () => randomBytes(64 * 1024))
+  for (const c of chunks) await cache.put(sha(c), c)
+  await cache.flushWrites()
+  t.ok(resident(cache.mapFile) >= 2 * MIB, `the commit's pages are in the page cache (${resident(cache.mapFile)} bytes), their drop waits 60 s`)
+  t.equal(dropper.stats.cacheFileDrops, 0, 'no drop yet')
+  const started = performance.now()
+  await dropper.dropWrittenNow()
+  t.ok(performance.now() - started < 10_000, 'without the wait')
+  t.equal(dropper.stats.cacheFileDrops, 1, 'one drop')
+  t.ok(resident(cache.mapFile) < MIB, `data.mdb left the page cache (${resident(cache.mapFile)} bytes resident, 4 MiB written)`)
+  t.ok(chunks.every(c => cache.get(sha(c))?.equals(c) === true), 'every chunk reads back, byte for byte')
+  await dropper.dropWrittenNow()
+  t.equal(dropper.stats.cacheFileDrops, 1, 'nothing written since: no other drop')
+  await dropper.idle()
+  t.same(lines, [], 'nothing failed')
 })

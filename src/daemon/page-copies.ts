@@ -12,13 +12,20 @@
  *     20–34 MB of the cold wave between two settles). What is left goes at
  *     the reclaimer's next settle (dropStoreReadahead()). Once under the
  *     target, a file's next read turns readahead back on (POSIX_FADV_NORMAL).
- *     An S3 store has none;
+ *     Every store file read is remembered, under the target too, so the
+ *     readahead of reads made before use crossed it goes at the next settle
+ *     as well (before, only files read again while over it were remembered:
+ *     the others' readahead stayed). Not at the crossing itself: that
+ *     readahead serves the wave's next reads of those blobs from memory, and
+ *     dropping it there sent them to the disk. An S3 store has none;
  *   - the chunk cache's copy: lmdb's pages that a commit wrote. They are
  *     dirty (the cache runs with noSync) and FADV_DONTNEED skips dirty pages,
  *     so a commit is followed, 1 s later (hits on a chunk just written come
  *     soon), by an fdatasync of the file on a libuv worker, its pages
  *     unmapped from layerd's read-only map, and the drop. One drop at a
- *     time; commits during one ask for one more after it.
+ *     time; commits during one ask for one more after it. dropWrittenNow()
+ *     cuts the wait short (the reclaimer calls it when a burst of reads
+ *     ended: no hit is coming that the wait would serve).
  * A chunk-cache hit after that reads the disk; hits are the mounts' page-cache
  * misses, which dropping these copies does not cause (bench/node-memory.ts
  * counts them on both sides).
@@ -34,7 +41,6 @@ const openAsync = promisify(open)
 const fdatasyncAsync = promisify(fdatasync)
 const closeAsync = promisify(close)
 const DEFAULT_DROP_DELAY_MS = 500
-const delay = async (ms: number): Promise<void> => await new Promise(resolve => setTimeout(resolve, ms))
 /** The page size the drops round to (x86-64, arm64 with 4 KiB pages). */
 const PAGE = 4096
 
@@ -52,6 +58,8 @@ export class PageCopyDropper {
   readonly #o: PageCopyDropperOptions
   #dropping: Promise<void> | undefined
   #again = false
+  /** Ends the wait before the pending drop (set while it waits). */
+  #wake: (() => void) | undefined
   readonly #storeFiles = new Set<string>()
   /** Store fds whose readahead is off (POSIX_FADV_RANDOM), to turn back on once under the target. */
   readonly #randomFds = new Set<number>()
@@ -61,14 +69,15 @@ export class PageCopyDropper {
     this.#o = options
   }
 
-  /** A file store read `length` bytes at `offset` of `path`, open as `fd` (FsObjectStoreOptions.afterRead). Sync; never throws. */
-  /** A file store is about to read from `path`, open as `fd` (FsObjectStoreOptions.beforeRead): readahead off while active, back on once not. Sync; never throws. */
-  readonly beforeStoreRead = (_path: string, fd: number): void => {
+  /** A file store is about to read from `path`, open as `fd` (FsObjectStoreOptions.beforeRead): readahead off while active, back on once not; the file is remembered for dropStoreReadahead() either way. Sync; never throws. */
+  readonly beforeStoreRead = (path: string, fd: number): void => {
+    this.#storeFiles.add(path)
     if (!this.#o.active()) {
       if (this.#randomFds.delete(fd)) this.#advise(fd, false)
     } else if (!this.#randomFds.has(fd) && this.#advise(fd, true)) this.#randomFds.add(fd)
   }
 
+  /** A file store read `length` bytes at `offset` of `path`, open as `fd` (FsObjectStoreOptions.afterRead). Sync; never throws. */
   readonly afterStoreRead = (path: string, fd: number, offset: number, length: number): void => {
     if (length === 0 || !this.#o.active()) return
     try {
@@ -95,7 +104,7 @@ export class PageCopyDropper {
     }
   }
 
-  /** Drop all of the page cache of the store files read since the last call (the kernel's readahead past the ranges read). Sync; logs failures. */
+  /** Drop all of the page cache of the store files read since the last call, active or not (the kernel's readahead past the ranges read). Sync; logs failures. */
   dropStoreReadahead (): void {
     const files = [...this.#storeFiles]
     this.#storeFiles.clear()
@@ -117,10 +126,32 @@ export class PageCopyDropper {
     if (!this.#o.active()) return
     if (this.#dropping !== undefined) { this.#again = true; return }
     // After `dropDelayMs`: a chunk just written is often hit again at once (a chunk straddling two FUSE reads).
-    this.#dropping = delay(this.#o.dropDelayMs ?? DEFAULT_DROP_DELAY_MS).then(async () => await this.#dropCacheFile()).finally(() => {
+    this.#dropping = this.#wait(this.#o.dropDelayMs ?? DEFAULT_DROP_DELAY_MS).then(async () => await this.#dropCacheFile()).finally(() => {
       this.#dropping = undefined
       if (this.#again) { this.#again = false; this.afterCacheCommit() }
     })
+  }
+
+  /** `ms`, or less if dropWrittenNow() wakes it. */
+  async #wait (ms: number): Promise<void> {
+    await new Promise<void>(resolve => {
+      const timer = setTimeout(() => this.#wake?.(), ms)
+      this.#wake = () => { clearTimeout(timer); this.#wake = undefined; resolve() }
+    })
+  }
+
+  /**
+   * The chunk cache pages that commits wrote leave the page cache now, without
+   * the wait after the last commit: resolves once they are flushed and dropped
+   * (at once when no commit waits for a drop). Async; never rejects (failures
+   * are logged).
+   */
+  async dropWrittenNow (): Promise<void> {
+    // A commit during the drop asks for one more (with its wait): cut that short too, a few rounds at most.
+    for (let round = 0; round < 3 && this.#dropping !== undefined; round++) {
+      this.#wake?.()
+      await this.#dropping
+    }
   }
 
   /** Resolves once no drop is running (tests, shutdown). */

@@ -7,7 +7,7 @@
  */
 import t, { type Test } from 'tap'
 import { createHash } from 'node:crypto'
-import { readFile, stat, writeFile } from 'node:fs/promises'
+import { readFile, stat, utimes, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { layerdNode, type LayerdNode } from '../../fixtures/layerd-harness.js'
@@ -87,7 +87,10 @@ t.test('a fresh node prefetches the published trace at mount: the same reads are
 t.test('a corrupt published trace is ignored: the mount works and reads are correct', async t => {
   const key = join(storeDir, traceKey(digestHex(manifest as `sha256:${string}`)))
   const good = await readFile(key)
-  t.teardown(async () => { await writeFile(key, good) })
+  const { atime, mtime } = await stat(key)
+  // Put it back as it was, times included: a trace written within a second of a gc counts as written after
+  // its condemnation, and the gc subtest below would find it rescued (it did, on a fast run).
+  t.teardown(async () => { await writeFile(key, good); await utimes(key, atime, mtime) })
   await writeFile(key, JSON.stringify({ schemaVersion: 1, mediaType: 'application/vnd.layerd.trace.v1+json', manifest, chunks: [[7, 0]] }))
   const c = await node(t, 'node-c')
   const mnt = join(c.home, 'mnt')

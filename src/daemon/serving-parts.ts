@@ -10,7 +10,8 @@
  * May import: everything below src/daemon, this folder.
  */
 import { join } from 'node:path'
-import { isLmdbCommitEcho, LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { LmdbChunkCache } from '../cache/lmdb-chunk-cache.js'
+import { isLmdbCommitEcho } from '../cache/lmdb-commit-failure.js'
 import { openNodeDb, type NodeDb } from '../state/node-db.js'
 import { expectRejections } from './process-guards.js'
 import { MountManager, type MountOptions } from './mount-manager.js'
@@ -115,6 +116,8 @@ function startReclaimer (config: ServingPartsConfig, cache: LmdbChunkCache, sett
     targetBytes,
     settle: async () => { await settler.settle(); pageCopies.dropStoreReadahead() },
     collect: () => settler.collect(),
+    activity: () => { const s = cache.stats(); return s.hits + s.misses },
+    flushWrites: async () => await pageCopies.dropWrittenNow(),
     overTargetChanged: over => { cache.decodedCacheBytes = over ? Math.min(decodedCacheBytes, OVER_TARGET_DECODED_BYTES) : decodedCacheBytes },
     cacheFiles: () => [cache.mapFile],
     log: config.log

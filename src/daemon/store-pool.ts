@@ -19,6 +19,11 @@ import type { FsObjectStoreOptions } from '../store/fs-object-store.js'
 export const READ_RETRY_DEADLINE_MS = 5_000
 
 export interface StoreLocation { store: string, s3Endpoint?: string }
+
+/** The store part of `req` (a request, a record): its store and S3 endpoint, nothing else. */
+export function storeLocationOf (req: StoreLocation): StoreLocation {
+  return { store: req.store, ...(req.s3Endpoint === undefined ? {} : { s3Endpoint: req.s3Endpoint }) }
+}
 export interface PooledStore { store: ObjectStore, fetcher: ChunkFetcher }
 
 export class StorePool {

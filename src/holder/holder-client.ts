@@ -8,7 +8,7 @@ import { createConnection } from 'node:net'
 import { join } from 'node:path'
 import { DaemonUnavailableError, errorFromWire } from '../errors.js'
 import { HOLDER_SOCKET } from './fd-store-protocol.js'
-import type { HolderStatus, RestartResult } from './holder.js'
+import type { HolderStatus, RestartResult } from './holder-control-server.js'
 
 interface HolderMethods { status: HolderStatus, restart: RestartResult }
 

@@ -20,28 +20,28 @@
  * Started by its C front (native/holder_front.c), it adopts the first layerd
  * (`HolderOptions.adopt`): the front started it before this process booted.
  *
- * May import: src/errors.ts, src/native.ts, src/host/thread-priority.ts, ./fd-store-protocol.ts, ./adopted-daemon.ts.
+ * Its parts: layerd-child.ts starts a layerd, restart-policy.ts says when
+ * to start the next, kept-fds.ts keeps the fds, holder-control-server.ts
+ * answers holder.sock, holder-pid-file.ts guards the home; this class runs
+ * the generations (serving, next, warm standby) and the fd-store socket.
+ *
+ * May import: src/errors.ts, src/exit-codes.ts, src/native.ts, src/host/thread-priority.ts, this folder, node built-ins.
  */
-import { spawn } from 'node:child_process'
-import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs'
-import { chmod, rm } from 'node:fs/promises'
-import { createServer, type Server, type Socket } from 'node:net'
-import { getPriority, setPriority } from 'node:os'
+import { closeSync, rmSync } from 'node:fs'
+import type { Server } from 'node:net'
 import { join } from 'node:path'
-import { HolderError, LayerdError, describeError } from '../errors.js'
+import { HolderError, describeError } from '../errors.js'
+import { HOLDER_EXIT, LAYERD_EXIT } from '../exit-codes.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
 import { setProcessNice } from '../host/thread-priority.js'
 import { AdoptedDaemon, type DaemonProcess } from './adopted-daemon.js'
-import { HOLDER_FD_ENV, HOLDER_PID_FILE, HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV, HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
+import { HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
+import { listenHolderControl, type HolderStatus, type RestartResult } from './holder-control-server.js'
+import { releaseHolderPidFile, takeHolderPidFile } from './holder-pid-file.js'
+import { KeptFds } from './kept-fds.js'
+import { startLayerdChild, type LayerdRole } from './layerd-child.js'
+import { HEALTHY_MS, isFinalExit, restartDelayMs } from './restart-policy.js'
 
-/** layerd's exit code when it handed its connections over (SIGUSR2): restart it at once. */
-export const DAEMON_EXIT_HANDOVER = 6
-/** layerd exit codes after which restarting cannot help (clean stop, bad flags, another daemon holds the home): stop, with that code. */
-const DAEMON_EXIT_FINAL = new Set([0, 2, 3])
-/** A layerd that served at least this long is restarted at once. */
-const HEALTHY_MS = 1_000
-const BACKOFF_FIRST_MS = 250
-const BACKOFF_MAX_MS = 30_000
 /**
  * The first layerd a holder starts was started for a client that is about to
  * use it (`layerctl mount` on a cold node): its warm standby waits this long,
@@ -51,16 +51,6 @@ const BACKOFF_MAX_MS = 30_000
 export const FIRST_STANDBY_DELAY_MS = 3_000
 /** A planned restart fails when the new layerd does not serve within this. */
 export const RESTART_TIMEOUT_MS = 30_000
-/**
- * A layerd that only prepares while another serves (a warm standby, a planned restart's new one) runs this
- * much nicer until it takes over, so its loading does not slow the serving one's reads. Root only: going back
- * needs CAP_SYS_NICE.
- */
-const PREPARING_NICE_STEP = 10
-/** The holder's own exit codes. */
-export const HOLDER_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3 } as const
-
-export { HolderError }
 
 export interface HolderOptions {
   home: string
@@ -85,24 +75,6 @@ export interface HolderOptions {
   niceBack?: number
 }
 
-export interface HolderStatus {
-  holderPid: number
-  daemonPid: number | null
-  /** When the current layerd reported that it serves (ISO), or null. */
-  daemonReadyAt: string | null
-  daemonEntry: string
-  startedAt: string
-  /** Crash restarts: layerd starts after the first that were not planned. */
-  restarts: number
-  /** Planned restarts (`layerctl daemon restart`) that completed. */
-  plannedRestarts: number
-  /** The warm standby's pid (null when none is kept or it is still to start). */
-  standbyPid: number | null
-  keptFds: number
-}
-
-export interface RestartResult { oldPid: number | null, newPid: number, ms: number }
-
 interface Generation {
   child: DaemonProcess
   sock: number
@@ -121,7 +93,7 @@ interface Generation {
 export class Holder {
   readonly #opts: HolderOptions
   readonly #native: NativeFdPassing
-  readonly #fds = new Map<string, number>()
+  readonly #fds = new KeptFds()
   readonly #startedAt = new Date()
   #entry: string
   #current: Generation | undefined
@@ -156,7 +128,7 @@ export class Holder {
       try { setProcessNice(this.#opts.niceBack) } catch (err) { this.#opts.log(`holder: cannot go back to nice ${this.#opts.niceBack}: ${describeError(err)}`) }
     }
     try {
-      this.#takePidFile()
+      takeHolderPidFile(this.#opts.home)
     } catch (err) {
       if (adopt !== undefined) { try { process.kill(adopt.pid, 'SIGTERM') } catch {} } // it holds nothing yet: it waits for this holder
       throw err
@@ -164,11 +136,11 @@ export class Holder {
     try {
       // An adopted layerd may already wait for an answer on its socket: serve that first.
       if (adopt !== undefined) this.#adopt(adopt)
-      await this.#listen()
+      this.#server = await listenHolderControl(this.#opts.home, { status: () => this.status(), restart: async entry => await this.restart(entry) })
       if (adopt === undefined) this.#spawn()
     } catch (err) {
       this.#current?.child.kill('SIGTERM')
-      this.#releasePidFile()
+      releaseHolderPidFile(this.#opts.home)
       throw err
     }
   }
@@ -243,24 +215,9 @@ export class Holder {
   }
 
   /** Start a layerd; `as`: it serves now, it is a planned restart's next one, or a warm standby. */
-  #spawn (as: 'current' | 'next' | 'standby' = 'current'): Generation {
+  #spawn (as: LayerdRole = 'current'): Generation {
     const current = as === 'current'
-    const serveNice = as !== 'current' && process.getuid?.() === 0 ? getPriority() : undefined
-    const [mine, theirs] = this.#native.fdSocketPair()
-    let child: ReturnType<typeof spawn>
-    try {
-      // The holder's own node flags (the daemon's: DAEMON_NODE_FLAGS, passed by the launcher) go on to layerd.
-      child = spawn(process.execPath, [...process.execArgv, this.#entry, '--foreground', '--home', this.#opts.home, ...this.#opts.daemonArgs], {
-        stdio: ['ignore', 'inherit', 'inherit', theirs],
-        env: { ...process.env, [HOLDER_FD_ENV]: '3', ...(as === 'standby' ? { [HOLDER_STANDBY_ENV]: '1' } : {}), ...(serveNice === undefined ? {} : { [HOLDER_SERVE_NICE_ENV]: String(serveNice) }) }
-      })
-    } finally {
-      closeSync(theirs)
-    }
-    // Its main thread, at once: the threads it starts from there on inherit it; it sets them all back when it takes over.
-    if (serveNice !== undefined && child.pid !== undefined) {
-      try { setPriority(child.pid, Math.min(19, serveNice + PREPARING_NICE_STEP)) } catch (err) { this.#opts.log(`holder: cannot nice layerd ${child.pid}: ${describeError(err)}`) }
-    }
+    const { child, sock: mine } = startLayerdChild({ entry: this.#entry, home: this.#opts.home, daemonArgs: this.#opts.daemonArgs, role: as, native: this.#native, log: this.#opts.log })
     const g: Generation = { child, sock: mine, startedAt: performance.now(), ...(as === 'standby' ? { warm: true } : {}) }
     if (current) this.#current = g
     if (as === 'standby') this.#standby = g
@@ -294,28 +251,28 @@ export class Holder {
       this.#opts.log(g.dropped === true ? `holder: the warm standby layerd ${g.child.pid ?? '?'} ended (not needed)` : `holder: layerd ${g.child.pid ?? '?'} ${how}`)
       return
     }
-    if (this.#stopping || (code !== null && DAEMON_EXIT_FINAL.has(code) && this.#planned === undefined)) {
+    if (this.#stopping || (isFinalExit(code) && this.#planned === undefined)) {
       this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}; the holder stops`)
       this.#finish(this.#stopping ? HOLDER_EXIT.OK : code ?? HOLDER_EXIT.FAILURE)
       return
     }
     const now = performance.now()
     const healthy = g.readyAt !== undefined && now - g.readyAt >= HEALTHY_MS
-    const planned = this.#planned !== undefined || code === DAEMON_EXIT_HANDOVER
+    const planned = this.#planned !== undefined || code === LAYERD_EXIT.HANDOVER
     this.#failures = healthy || planned ? 0 : this.#failures + 1
-    const delay = this.#failures === 0 ? 0 : Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (this.#failures - 1))
+    const delay = restartDelayMs(this.#failures)
     this.#restarts++
     const standby = this.#standby
     if (standby !== undefined && delay === 0) {
       // The warm standby takes over: it only has to take the lock, open the home and attach the kept connections.
       this.#standby = undefined
       this.#current = standby
-      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${code === 5 ? ' (a fatal error: its cause is logged above)' : ''}; ` +
+      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${code === LAYERD_EXIT.FATAL ? ' (a fatal error: its cause is logged above)' : ''}; ` +
         `the warm standby layerd ${standby.child.pid ?? '?'} takes over; ${this.#fds.size} connection(s) kept`)
       this.#letTakeOver(standby)
       return
     }
-    this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${planned ? ' (handover)' : code === 5 ? ' (a fatal error: its cause is logged above)' : ''}; ` +
+    this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${planned ? ' (handover)' : code === LAYERD_EXIT.FATAL ? ' (a fatal error: its cause is logged above)' : ''}; ` +
       `starting a new one${delay > 0 ? ` in ${delay} ms (${this.#failures} failed start(s) in a row)` : ''}; ${this.#fds.size} connection(s) kept`)
     setTimeout(() => { if (!this.#stopping) this.#spawn() }, delay)
   }
@@ -371,22 +328,16 @@ export class Holder {
       return
     }
     switch (req.op) {
-      case 'put': {
-        const old = this.#fds.get(req.name)
-        if (old !== undefined) closeSync(old)
-        this.#fds.set(req.name, fds[0]!)
+      case 'put':
+        this.#fds.put(req.name, fds[0]!)
         reply({ op: 'ok' })
         return
-      }
-      case 'drop': {
-        const fd = this.#fds.get(req.name)
-        if (fd !== undefined) closeSync(fd)
-        this.#fds.delete(req.name)
+      case 'drop':
+        this.#fds.drop(req.name)
         reply({ op: 'ok' })
         return
-      }
       case 'list':
-        for (const [name, fd] of this.#fds) reply({ op: 'fd', name }, [fd])
+        for (const [name, fd] of this.#fds.entries()) reply({ op: 'fd', name }, [fd])
         reply({ op: 'end', count: this.#fds.size })
         return
       case 'standby':
@@ -412,90 +363,12 @@ export class Holder {
     }
   }
 
-  async #listen (): Promise<void> {
-    const path = join(this.#opts.home, HOLDER_SOCKET)
-    await rm(path, { force: true })
-    const server = createServer(socket => this.#serveControl(socket))
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject)
-      const previous = process.umask(0o177)
-      try { server.listen(path, () => { server.off('error', reject); resolve() }) } finally { process.umask(previous) }
-    })
-    await chmod(path, 0o600)
-    this.#server = server
-  }
-
-  /** JSON lines: { id, method: 'status' | 'restart', params?: { entry? } } → { id, result } | { id, error: { code, message } }. */
-  #serveControl (socket: Socket): void {
-    let buffered = ''
-    socket.setEncoding('utf8')
-    socket.on('error', () => socket.destroy())
-    socket.on('data', (chunk: string) => {
-      buffered += chunk
-      if (buffered.length > MAX_MESSAGE_BYTES) { socket.destroy(); return }
-      let nl: number
-      while ((nl = buffered.indexOf('\n')) !== -1) {
-        const line = buffered.slice(0, nl)
-        buffered = buffered.slice(nl + 1)
-        void this.#control(line).then(r => { if (!socket.destroyed) socket.write(JSON.stringify(r) + '\n') })
-      }
-    })
-  }
-
-  async #control (line: string): Promise<unknown> {
-    let req: { id?: unknown, method?: unknown, params?: { entry?: unknown } }
-    try { req = JSON.parse(line) } catch { return { id: null, error: { code: 'ERR_USAGE', message: 'request is not valid JSON' } } }
-    if (typeof req !== 'object' || req === null) return { id: null, error: { code: 'ERR_USAGE', message: 'request is not an object' } }
-    const id = typeof req.id === 'number' ? req.id : null
-    try {
-      if (req.method === 'status') return { id, result: this.status() }
-      if (req.method === 'restart') {
-        const entry = req.params?.entry
-        if (entry !== undefined && typeof entry !== 'string') throw new HolderError('restart: entry must be a path')
-        return { id, result: await this.restart(entry) }
-      }
-      return { id, error: { code: 'ERR_USAGE', message: `unknown method ${JSON.stringify(req.method)}` } }
-    } catch (err) {
-      return { id, error: { code: err instanceof LayerdError ? err.code : 'ERR_INTERNAL', message: describeError(err) } }
-    }
-  }
-
   #finish (code: number): void {
     this.#dropStandby()
     this.#server?.close()
     rmSync(join(this.#opts.home, HOLDER_SOCKET), { force: true })
-    for (const fd of this.#fds.values()) { try { closeSync(fd) } catch {} }
-    this.#fds.clear()
-    this.#releasePidFile()
+    this.#fds.closeAll()
+    releaseHolderPidFile(this.#opts.home)
     this.#done(code)
   }
-
-  #takePidFile (): void {
-    const path = join(this.#opts.home, HOLDER_PID_FILE)
-    for (let attempt = 0; attempt < 2; attempt++) {
-      try {
-        const fd = openSync(path, 'wx', 0o600)
-        writeSync(fd, `${process.pid}\n`)
-        closeSync(fd)
-        return
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err
-        const pid = holderPidIn(this.#opts.home)
-        if (pid !== undefined && pid !== process.pid) throw new HolderError(`a layerd holder already runs for ${this.#opts.home} (pid ${pid})`)
-        rmSync(path, { force: true }) // stale: its process is gone
-      }
-    }
-  }
-
-  #releasePidFile (): void {
-    if (holderPidIn(this.#opts.home) === process.pid) rmSync(join(this.#opts.home, HOLDER_PID_FILE), { force: true })
-  }
-}
-
-/** The pid in `<home>/holder.pid` if that process is alive. Sync. */
-export function holderPidIn (home: string): number | undefined {
-  let pid: number
-  try { pid = Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim()) } catch { return undefined }
-  if (!Number.isSafeInteger(pid) || pid <= 0) return undefined
-  try { process.kill(pid, 0); return pid } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' ? pid : undefined }
 }

@@ -10,12 +10,13 @@
  * transferred (not cloned) to the worker; results are transferred back,
  * with the batch's buffer, which the next batch reuses.
  *
- * May import: src/errors.ts, src/format/, this folder.
+ * May import: src/errors.ts, src/format/, src/state/chunk-index-table.ts, this folder.
  */
 import { availableParallelism } from 'node:os'
 import { Worker } from 'node:worker_threads'
 import { BadInputError } from '../errors.js'
 import { DEFAULT_FASTCDC_OPTIONS } from '../format/chunker.js'
+import { openStoredChunkLookup } from '../state/chunk-index-table.js'
 import { FileChunker, MAX_FILE_BY_PATH_BYTES, type ChunkedBatch, type ChunkingParams, type FileByPath } from './file-chunking.js'
 
 export interface EncodedChunk {
@@ -61,7 +62,10 @@ export class ChunkingPool {
   constructor (opts: { params?: ChunkingParams, workers?: number } = {}) {
     const params = opts.params ?? DEFAULT_CHUNKING
     const n = opts.workers ?? Math.max(1, Math.min(4, availableParallelism()))
-    if (n === 0) this.#inline = new FileChunker(params)
+    if (n === 0) {
+      const { dedup } = params
+      this.#inline = new FileChunker(params, dedup === undefined ? undefined : openStoredChunkLookup(dedup.dbPath, dedup.storeUrl, dedup.excludeBlobs))
+    }
     for (let i = 0; i < n; i++) {
       const w = new Worker(new URL('./file-chunking-worker.js', import.meta.url), { workerData: params })
       w.on('message', (msg: ChunkedReply) => this.#onResult(i, msg))

@@ -10,14 +10,15 @@
  * reads nor copies its content. Output: for every item, the chunks it
  * completed.
  *
- * May import: src/errors.ts, src/format/, src/state/node-db.ts,
- * ./native-cdc-scanner.ts, ./sources/exact-file.ts, zstd-napi's binding, node built-ins.
+ * May import: src/errors.ts, src/format/, ./native-cdc-scanner.ts,
+ * ./sources/exact-file.ts, zstd-napi's binding, node built-ins. (The dedup
+ * lookup is opened by whoever makes the FileChunker: a worker loads sqlite
+ * only when there is a dedup index to read.)
  */
 import zstd from 'zstd-napi/binding.js'
 import { BadInputError } from '../errors.js'
 import { chunkBuffer, FastCdcChunker, type FastCdcOptions } from '../format/chunker.js'
 import { sha256Hex } from '../format/digest.js'
-import { openStoredChunkLookup } from '../state/chunk-index-table.js'
 import { bestCdcScanner } from './native-cdc-scanner.js'
 import { readExactFile } from './sources/exact-file.js'
 
@@ -76,12 +77,12 @@ export class FileChunker {
   #readBuf: Buffer | undefined
   #out = Buffer.allocUnsafeSlow(2 * 1024 * 1024)
 
-  constructor (params: ChunkingParams) {
+  /** `isStored`: the lookup of `params.dedup` (openStoredChunkLookup), when it is set. */
+  constructor (params: ChunkingParams, isStored?: (digest: string) => boolean) {
+    if ((params.dedup === undefined) !== (isStored === undefined)) throw new Error('internal: FileChunker needs a dedup lookup exactly when params.dedup is set')
     this.#params = params
     this.#whole = new FastCdcChunker(params.cdc, this.#scanner)
-    if (params.dedup !== undefined) {
-      this.#isStored = openStoredChunkLookup(params.dedup.dbPath, params.dedup.storeUrl, params.dedup.excludeBlobs)
-    }
+    this.#isStored = isStored
   }
 
   /**

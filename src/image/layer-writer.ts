@@ -128,7 +128,8 @@ class LayerWriter {
       const file = this.#nextFile++
       if (onDisk !== undefined && header.size <= MAX_FILE_BY_PATH_BYTES) {
         // A worker reads it: this thread neither reads nor copies the bytes.
-        await this.#enqueue({ chunks: chunking.pushFile(file, { ...onDisk, size: header.size }), entry, bytes: header.size, byPath: true })
+        const settling = this.#enqueue({ chunks: chunking.pushFile(file, { ...onDisk, size: header.size }), entry, bytes: header.size, byPath: true })
+        if (settling !== undefined) await settling
         this.#countRead(header.size)
         continue
       }
@@ -136,7 +137,8 @@ class LayerWriter {
       let got = 0
       for await (const piece of body) {
         got += piece.length
-        await this.#enqueue({ chunks: chunking.push(file, piece, got >= header.size), entry, bytes: piece.length, byPath: false })
+        const settling = this.#enqueue({ chunks: chunking.push(file, piece, got >= header.size), entry, bytes: piece.length, byPath: false })
+        if (settling !== undefined) await settling
         this.#countRead(piece.length)
       }
       if (got !== header.size) throw new Error(`internal: ${layer.name}: entry ${JSON.stringify(header.path)} delivered ${got} of ${header.size} bytes without an error`)
@@ -154,12 +156,22 @@ class LayerWriter {
     if (this.stats.plainBytes >= this.#nextProgress) { this.#deps.onProgress?.(this.stats.plainBytes); this.#nextProgress += PROGRESS_STEP_BYTES }
   }
 
-  /** Queue `p`; settle whatever is already done (results are dropped as soon as they are packed); wait while a bound is passed. */
-  async #enqueue (p: PendingPiece): Promise<void> {
+  /**
+   * Queue `p`. Returns undefined when there is nothing to do yet (most
+   * entries: no promise, no await on this per-entry path), else a promise
+   * of settling whatever is already done (results are dropped as soon as
+   * they are packed) and of waiting while a bound is passed.
+   */
+  #enqueue (p: PendingPiece): Promise<void> | undefined {
     this.#pending.push(p)
     p.chunks.then(() => { p.ready = true }, () => { p.ready = true })
     if (p.byPath) this.#pendingByPathBytes += p.bytes
     else this.#pendingPieceBytes += p.bytes
+    if (this.#pending[0]!.ready === true || this.#overBound(1)) return this.#settleDone()
+    return undefined
+  }
+
+  async #settleDone (): Promise<void> {
     while (this.#pending[0]?.ready === true) await this.#settleOldest()
     if (this.#overBound(1)) {
       this.#deps.chunking.flush()
@@ -176,11 +188,16 @@ class LayerWriter {
     const p = this.#pending.shift()!
     if (p.byPath) this.#pendingByPathBytes -= p.bytes
     else this.#pendingPieceBytes -= p.bytes
-    for (const chunk of await p.chunks) p.entry.spans!.push({ chunk: await this.#place(chunk), offset: 0, length: chunk.length })
+    const { packer } = this.#deps
+    for (const chunk of await p.chunks) {
+      p.entry.spans!.push({ chunk: this.#place(chunk), offset: 0, length: chunk.length })
+      const uploadSlot = packer.ready() // a promise only while a sealed blob waits for an upload slot
+      if (uploadSlot !== undefined) await uploadSlot
+    }
   }
 
-  /** The TOC chunk index of `chunk`: one already in this TOC, or a new one (stored before, or packed now). */
-  async #place (chunk: EncodedChunk): Promise<number> {
+  /** The TOC chunk index of `chunk`: one already in this TOC, or a new one (stored before, or packed now). Sync: it runs once per chunk. */
+  #place (chunk: EncodedChunk): number {
     const { stats } = this
     const known = this.#tocChunkByDigest.get(chunk.digest)
     if (known !== undefined) {
@@ -191,7 +208,7 @@ class LayerWriter {
     let place: ChunkPlace | undefined = session.get(chunk.digest) ?? index.lookup(chunk.digest)
     if (place === undefined) {
       if (chunk.compressed.length === 0) throw new Error(`internal: chunk ${chunk.digest} was reported stored but is not in the dedup index`)
-      place = await packer.add(chunk)
+      place = packer.add(chunk)
       session.set(chunk.digest, place)
       stats.newPlainBytes += chunk.length
       stats.newStoredBytes += chunk.compressed.length

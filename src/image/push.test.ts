@@ -198,3 +198,16 @@ t.test('pushSource() of a directory whose file shrinks after the walk saw it fai
     t.equal(await readRef(store, ref), undefined, `workers: ${workers}: no ref`)
   }
 })
+
+t.test('pushImage() hands opened() the source, its kind known, before reading it', async t => {
+  const d = t.testdir({ tree: { 'a.txt': 'hello' } })
+  const tar = join(d, 'layer.tar')
+  await writeFile(tar, buildLayerTar([file('b.txt', 'tar')]))
+  const store = new FaultyObjectStore(new MemoryObjectStore())
+  const seen: Array<{ kind: string, putsSoFar: number }> = []
+  const opened = (source: { kind: string }): void => { seen.push({ kind: source.kind, putsSoFar: store.putKeys.length }) }
+  await pushImage(join(d, 'tree'), ref, { ...opts(new MemoryObjectStore()), store, opened })
+  await pushImage(tar, ref, { ...opts(new MemoryObjectStore()), store, opened })
+  t.same(seen.map(s => s.kind), ['directory', 'rootfs-tar'], 'once per push, with the detected kind')
+  t.equal(seen[0]!.putsSoFar, 0, 'called before the first push wrote anything')
+})

@@ -60,6 +60,8 @@ export interface PushOptions extends OpenSourceOptions {
    * push takes its own for its whole length.
    */
   lease?: StoreLease
+  /** Called (sync) with the opened source before anything is read (pushImage): the CLI tunes its process for the source's kind. */
+  opened?: (source: ImageSource) => void
 }
 
 export interface PushedLayer extends LayerWriteStats {
@@ -89,6 +91,7 @@ export interface PushResult {
 export async function pushImage (src: string, ref: ImageRef, opts: PushOptions): Promise<PushResult> {
   const source = await openSource(parseSourceSpec(src), opts)
   try {
+    opts.opened?.(source)
     return await pushSource(source, ref, opts)
   } finally {
     await source.close()

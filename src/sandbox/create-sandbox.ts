@@ -70,7 +70,7 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
   const why = await hostReadiness(driver)
   if (why !== undefined) throw new UnsupportedError(`cannot create a ${opts.tier} sandbox: ${why}`)
   const started = performance.now()
-  const daemon = await connectDaemon({ home: settings.home, autoStart: opts.startDaemon !== false })
+  const daemon = await connectDaemon({ home: settings.home, autoStart: opts.startDaemon !== false, holder: settings.holder })
   const isVm = opts.tier === 'microvm' || opts.tier === 'vm'
   const where = { image: opts.image, store: settings.store, ...(settings.s3Endpoint === undefined ? {} : { s3Endpoint: settings.s3Endpoint }) }
   let exposure: { rootfs?: string, blockView?: string, manifest: string, config: OciImageConfig, ms: number }

@@ -50,6 +50,8 @@ export interface Settings {
   fuseBackend?: string
   /** Under a holder, keep a warm standby layerd loaded while one serves (LAYERD_WARM_STANDBY=0: none). Default true. */
   warmStandby: boolean
+  /** A layerd that a client starts runs under a holder (src/holder/), which keeps its FUSE connections across its restarts (LAYERD_HOLDER=0: no holder). Default true. */
+  holder: boolean
   vm: VmSettings
 }
 
@@ -83,6 +85,7 @@ export function resolveSettings (flags: SettingFlags, env: NodeJS.ProcessEnv = p
     stacks: env.LAYERD_STACKS !== '0',
     topLayerPrefetch: env.LAYERD_TOP_PREFETCH !== '0',
     warmStandby: env.LAYERD_WARM_STANDBY !== '0',
+    holder: env.LAYERD_HOLDER !== '0',
     ...(fuseBackend === undefined ? {} : { fuseBackend }),
     vm
   }

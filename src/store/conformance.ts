@@ -103,6 +103,26 @@ export function runObjectStoreConformance (t: Test, makeStore: () => Promise<Sto
     }
   })
 
+  withStore('ObjectStore.put() of parts stores them joined: views, empty parts, more parts than one writev takes', async (t, store) => {
+    const base = randomBytes(3 * MIB + 5)
+    // About 3,500 parts (IOV_MAX is 1,024), some empty, all views of one buffer at odd offsets.
+    const parts: Uint8Array[] = []
+    let at = 0
+    for (let i = 0; at < base.length; i++) {
+      const n = i % 7 === 0 ? 0 : Math.min(base.length - at, 1 + ((i * 2654435761) % 2100))
+      parts.push(new Uint8Array(base.buffer, base.byteOffset + at, n))
+      at += n
+    }
+    t.ok(parts.length > 1024, `${parts.length} parts, more than IOV_MAX`)
+    await store.put('parts/big', parts)
+    t.ok((await store.get('parts/big')).equals(base), `${base.length} bytes in ${parts.length} parts round-trip`)
+    await store.put('parts/none', [])
+    t.equal((await store.get('parts/none')).length, 0, 'no parts: an empty object')
+    await store.put('parts/two', [Buffer.from('ab'), Buffer.from('cd')])
+    t.equal((await store.getRange('parts/two', 1, 2)).toString(), 'bc', 'a range across two parts')
+    t.equal((await store.stat('parts/two'))?.size, 4)
+  })
+
   withStore('ObjectStore.put() copies its input and get() hands out a buffer the caller owns', async (t, store) => {
     const input = Buffer.from('original')
     await store.put('own/k', input)

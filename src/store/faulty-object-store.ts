@@ -19,6 +19,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { StoreUnavailableError } from '../errors.js'
+import { bodyLength, type ObjectBody } from './object-body.js'
 import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export type StoreOp = 'get' | 'getRange' | 'put' | 'stat' | 'list' | 'delete'
@@ -117,11 +118,11 @@ export class FaultyObjectStore implements ObjectStore {
     return this.#maybeCorrupt(rules, data)
   }
 
-  async put (key: string, data: Uint8Array): Promise<void> {
+  async put (key: string, data: ObjectBody): Promise<void> {
     const rules = await this.#enter('put', key)
     await this.inner.put(key, data)
     this.counters.puts++
-    this.counters.bytesPut += data.length
+    this.counters.bytesPut += bodyLength(data)
     this.putKeys.push(key)
     this.#afterSuccess('put', key, rules)
   }

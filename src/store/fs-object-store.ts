@@ -26,6 +26,7 @@ import { FileHandleCache } from './file-handle-cache.js'
 import {
   TEMP_NAME_PREFIX, assertValidKey, assertValidPrefix, assertValidRange, notFoundMessage, shortObjectMessage
 } from './object-key.js'
+import { bodyAfter, type ObjectBody } from './object-body.js'
 import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export type FsStoreOp = 'get' | 'getRange' | 'put' | 'stat' | 'list' | 'delete'
@@ -141,7 +142,7 @@ export class FsObjectStore implements ObjectStore {
     return out
   }
 
-  async put (key: string, data: Uint8Array): Promise<void> {
+  async put (key: string, data: ObjectBody): Promise<void> {
     const path = this.#pathOf('put', key)
     const slash = path.lastIndexOf('/')
     const dir = path.slice(0, slash)
@@ -234,19 +235,21 @@ export class FsObjectStore implements ObjectStore {
     }
   }
 
-  async #writeDurably (tempPath: string, data: Uint8Array): Promise<void> {
+  async #writeDurably (tempPath: string, data: ObjectBody): Promise<void> {
     const handle = await open(tempPath, 'wx', 0o644)
     try {
-      let written = 0
-      while (written < data.length) {
-        const { bytesWritten } = await handle.write(data, written, data.length - written)
-        written += bytesWritten
+      // Parts go out in one writev (libuv loops over IOV_MAX); a short write resumes after what was written.
+      for (let rest = bodyAfter(data, 0); rest.length > 0;) {
+        const { bytesWritten } = await handle.writev(rest)
+        if (bytesWritten === 0) throw new Error(`writev of ${tempPath} wrote nothing`)
+        rest = bodyAfter(rest, bytesWritten)
       }
       if (this.#fsync) await handle.datasync()
     } finally {
       await handle.close()
     }
   }
+
 
   async #syncDir (dir: string): Promise<void> {
     const handle = await open(dir, 'r')

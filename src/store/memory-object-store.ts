@@ -7,6 +7,7 @@
  * May import: src/errors.ts, ./object-store.ts, ./object-key.ts.
  */
 import { CorruptObjectError, NotFoundError, UsageError } from '../errors.js'
+import { bodyBytes, type ObjectBody } from './object-body.js'
 import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 import {
   assertValidKey, assertValidPrefix, assertValidRange, notFoundMessage, shortObjectMessage
@@ -43,10 +44,10 @@ export class MemoryObjectStore implements ObjectStore {
     return Buffer.from(data.subarray(offset, offset + length))
   }
 
-  async put (key: string, data: Uint8Array): Promise<void> {
+  async put (key: string, data: ObjectBody): Promise<void> {
     this.#assertOpen('put')
     assertValidKey(key, this.url)
-    this.#objects.set(key, Buffer.from(data))
+    this.#objects.set(key, Buffer.from(bodyBytes(data)))
     this.#modified.set(key, new Date())
   }
 

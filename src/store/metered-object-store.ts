@@ -9,6 +9,7 @@
  */
 import { NotFoundError } from '../errors.js'
 import { storeRequests, type StoreOpName } from '../metrics/counters.js'
+import type { ObjectBody } from './object-body.js'
 import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export class MeteredObjectStore implements ObjectStore {
@@ -25,7 +26,7 @@ export class MeteredObjectStore implements ObjectStore {
 
   async get (key: string): Promise<Buffer> { return await count('get', this.inner.get(key)) }
   async getRange (key: string, offset: number, length: number): Promise<Buffer> { return await count('getRange', this.inner.getRange(key, offset, length)) }
-  async put (key: string, data: Uint8Array): Promise<void> { await count('put', this.inner.put(key, data)) }
+  async put (key: string, data: ObjectBody): Promise<void> { await count('put', this.inner.put(key, data)) }
   async stat (key: string): Promise<ObjectStat | undefined> { return await count('stat', this.inner.stat(key)) }
   async * list (prefix: string): AsyncIterable<string> { yield * countListing(this.inner.list(prefix)) }
   async * listObjects (prefix: string): AsyncIterable<ListedObject> { yield * countListing(this.inner.listObjects(prefix)) }

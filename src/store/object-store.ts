@@ -16,6 +16,7 @@
  *
  * May import: src/errors.ts, src/format/. Nothing above it.
  */
+import type { ObjectBody } from './object-body.js'
 
 export interface ObjectStat {
   size: number
@@ -62,10 +63,11 @@ export interface ObjectStore {
 
   /**
    * Write the whole object atomically: readers see either nothing (or the
-   * previous value) or all of `data`, never a prefix. Async. `data` is not
-   * used once the promise settles (push reuses blob buffers).
+   * previous value) or all of `data`, never a prefix. `data` is one buffer
+   * or the object's parts in order (object-body.ts). Async. `data` is not
+   * used once the promise settles.
    */
-  put (key: string, data: Uint8Array): Promise<void>
+  put (key: string, data: ObjectBody): Promise<void>
 
   /** Size of the object, or undefined when it does not exist. Async. */
   stat (key: string): Promise<ObjectStat | undefined>

@@ -14,6 +14,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { StoreUnavailableError } from '../errors.js'
+import type { ObjectBody } from './object-body.js'
 import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 
 export interface RetryOptions {
@@ -73,7 +74,7 @@ export class RetryingObjectStore implements ObjectStore {
     return await this.#retry('getRange', key, async () => await this.inner.getRange(key, offset, length))
   }
 
-  async put (key: string, data: Uint8Array): Promise<void> {
+  async put (key: string, data: ObjectBody): Promise<void> {
     await this.#retry('put', key, async () => { await this.inner.put(key, data) })
   }
 

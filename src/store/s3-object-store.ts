@@ -26,6 +26,7 @@ import { CorruptObjectError, UsageError } from '../errors.js'
 import {
   assertValidKey, assertValidPrefix, assertValidRange, shortObjectMessage
 } from './object-key.js'
+import { bodyBytes, type ObjectBody } from './object-body.js'
 import type { ListedObject, ObjectStat, ObjectStore } from './object-store.js'
 import { classifyS3Error, type S3StoreOp } from './s3-errors.js'
 import { S3HttpReader } from './s3-http-reader.js'
@@ -215,8 +216,9 @@ export class S3ObjectStore implements ObjectStore {
     return data
   }
 
-  async put (key: string, data: Uint8Array): Promise<void> {
+  async put (key: string, body: ObjectBody): Promise<void> {
     this.#check('put', key)
+    const data = bodyBytes(body) // the SDK sends one buffer
     const requestTimeout = this.#requestTimeoutMs + Math.ceil(data.length / MIN_UPLOAD_BYTES_PER_SECOND) * 1000
     try {
       await this.#send(sdk => new sdk.PutObjectCommand({

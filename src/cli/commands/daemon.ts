@@ -8,7 +8,7 @@
 import { UsageError } from '../../errors.js'
 import { DAEMON_ENTRY, connectDaemon } from '../../daemon/daemon-launcher.js'
 import { callHolder } from '../../holder/holder-client.js'
-import type { HolderStatus } from '../../holder/holder.js'
+import type { HolderStatus } from '../../holder/holder-control-server.js'
 import type { Command } from '../command.js'
 
 const USAGE = 'layerctl daemon status | layerctl daemon restart [--entry LAYERD_MAIN_JS]'

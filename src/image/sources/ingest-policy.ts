@@ -196,10 +196,18 @@ export class LayerPolicy {
     return { path: hidden, type: 'whiteout', ...common }
   }
 
-  /** No ancestor of `path` may be a symlink or non-directory of this layer. */
+  /**
+   * No ancestor of `path` may be a symlink or non-directory of this layer.
+   * The walk up stops at the first ancestor admitted as a directory: its own
+   * ancestors passed this check when it was admitted, and none can change
+   * since (an entry at an implied directory's path that is not a directory is
+   * refused, and no path is admitted twice). So a tree walked parents first
+   * costs one lookup per entry, not one per ancestor.
+   */
   #checkAncestors (path: string, fail: (why: string) => never): void {
     for (let p = parentPath(path); p !== undefined; p = parentPath(p)) {
       const seen = this.#entries.get(p)
+      if (seen === 'dir') return
       if (seen === 'symlink') fail(`lies below ${JSON.stringify(p)}, a symlink of this layer (it would be written through the link)`)
       if (seen === 'other') fail(`lies below ${JSON.stringify(p)}, which is not a directory in this layer`)
     }

@@ -6,11 +6,15 @@
  * tier's kill function, which must take the whole sandboxed process tree
  * down. The exit code comes back as the runtime reports it.
  *
- * May import: src/errors.ts, ../sandbox.ts, node built-ins.
+ * The runtime process is started with posix_spawn (src/host/vfork-spawn.ts),
+ * not child_process: a fork copies the caller's page tables, and the caller
+ * may be a node agent of hundreds of MB.
+ *
+ * May import: src/errors.ts, src/host/, ../sandbox.ts, node built-ins.
  */
-import { spawn, type StdioPipe, type StdioNull } from 'node:child_process'
 import { constants } from 'node:os'
 import { UnsupportedError } from '../../errors.js'
+import { spawnVfork, type VforkChild } from '../../host/vfork-spawn.js'
 import { CappedBuffer } from '../capped-buffer.js'
 import type { ExecOptions, ExecResult } from '../sandbox.js'
 
@@ -39,21 +43,26 @@ export interface RunSpec {
 export async function runToCompletion (spec: RunSpec, opts: ExecOptions): Promise<ExecResult> {
   const started = performance.now()
   const extra = spec.extraFds ?? []
-  const stdio: Array<StdioPipe | StdioNull> = ['pipe', 'pipe', 'pipe', ...extra.map((): StdioPipe => 'pipe')]
-  const child = spawn(spec.argv[0]!, spec.argv.slice(1), { cwd: spec.cwd, env: spec.env ?? {}, stdio })
-  if (child.pid !== undefined) spec.onSpawn?.(child.pid)
+  let child: VforkChild
+  try {
+    child = spawnVfork(spec.argv, { ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }), env: spec.env ?? {}, extraPipes: extra.length })
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new UnsupportedError(`${spec.argv[0]} is not installed; run .ci/setup`, { cause: e })
+    throw e
+  }
+  spec.onSpawn?.(child.pid)
   const max = spec.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES
   const out = new CappedBuffer(max)
   const err = new CappedBuffer(max)
-  child.stdout!.on('data', (c: Buffer) => { out.push(c); opts.stdout?.write(c) })
-  child.stderr!.on('data', (c: Buffer) => { err.push(c); opts.stderr?.write(c) })
+  child.stdout.on('data', (c: Buffer) => { out.push(c); opts.stdout?.write(c) })
+  child.stderr.on('data', (c: Buffer) => { err.push(c); opts.stderr?.write(c) })
   extra.forEach((data, i) => {
-    const s = child.stdio[3 + i] as NodeJS.WritableStream & { on: (e: string, f: () => void) => void }
+    const s = child.extra[i]!
     s.on('error', () => {})
     s.end(data)
   })
-  child.stdin!.on('error', () => {}) // the command may exit without reading its input
-  child.stdin!.end(opts.stdin ?? new Uint8Array(0))
+  child.stdin.on('error', () => {}) // the command may exit without reading its input
+  child.stdin.end(opts.stdin ?? new Uint8Array(0))
 
   let timedOut = false
   let timer: NodeJS.Timeout | undefined
@@ -65,14 +74,7 @@ export async function runToCompletion (spec: RunSpec, opts: ExecOptions): Promis
       setTimeout(() => child.kill('SIGKILL'), KILL_GRACE_MS).unref()
     }, opts.timeoutMs)
   }
-  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve, reject) => {
-    child.on('error', e => {
-      reject((e as NodeJS.ErrnoException).code === 'ENOENT'
-        ? new UnsupportedError(`${spec.argv[0]} is not installed; run .ci/setup`, { cause: e })
-        : e)
-    })
-    child.on('close', (c, s) => resolve([c, s]))
-  })
+  const [code, signal] = await child.closed
   if (timer !== undefined) clearTimeout(timer)
   const result: ExecResult = {
     exitCode: code ?? 128 + (signal === null ? 9 : osSignalNumber(signal)),
