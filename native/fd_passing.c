@@ -1,6 +1,6 @@
 // File descriptors passed between processes, which Node cannot do for an
 // arbitrary fd: what keeps layerd's FUSE connections alive across a crash
-// or an upgrade (src/holder/README.md). Three primitives, no policy:
+// or an upgrade (src/holder/README.md). Primitives, no policy:
 //
 //   fdSocketPair() -> [a, b]                 AF_UNIX SOCK_SEQPACKET, both close-on-exec
 //   fdSend(sock, data, fds)                  one message (sendmsg, SCM_RIGHTS), MSG_NOSIGNAL
@@ -11,6 +11,11 @@
 //   childWaitAsync(pid, cb)                  waitid(2) for a child libuv did not start (the holder's
 //                                            adopted layerd, native/holder_front.c) on a worker thread:
 //                                            cb(err, { code, signal }) once it ended, reaped
+//   fdWatchHangup(sock, cb)                  cb(err) once, on the event loop, when the other end of a
+//                                            connected socket is gone (uv_poll): null when it hung up, the
+//                                            socket's error when it reset (ECONNRESET: it closed with our
+//                                            messages unread); the messages it sent stay to be read; the
+//                                            watch keeps no loop alive
 //
 // Received fds are close-on-exec (MSG_CMSG_CLOEXEC). Errors throw (or are
 // passed to cb as) Node-style errno errors.
@@ -26,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <node_api.h>
+#include <uv.h>
 
 #define MAX_FDS 64
 #define MAX_MESSAGE_BYTES (1024 * 1024)
@@ -401,6 +407,71 @@ static napi_value js_child_wait_async(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+typedef struct {
+  uv_poll_t poll;
+  napi_env env;
+  napi_ref callback;
+  napi_async_context async;
+  int sock;
+} hangup_watch;
+
+static void on_hangup_watch_closed(uv_handle_t *handle) {
+  free(handle->data);
+}
+
+// Only UV_DISCONNECT is asked for: a readable message (an answer the caller reads itself) wakes nothing.
+// A peer that closed with messages of ours unread leaves ECONNRESET on the socket: libuv reports that
+// EPOLLERR as UV_EBADF, so the socket's own error is read (SO_ERROR) and passed on instead.
+static void on_hangup(uv_poll_t *poll, int status, int events) {
+  hangup_watch *w = poll->data;
+  if (status == 0 && (events & UV_DISCONNECT) == 0) return;
+  uv_poll_stop(poll);
+  int sock_err = 0;
+  socklen_t len = sizeof sock_err;
+  if (status != 0 && (getsockopt(w->sock, SOL_SOCKET, SO_ERROR, &sock_err, &len) != 0 || sock_err == 0)) sock_err = -status;
+  napi_env env = w->env;
+  napi_handle_scope scope;
+  napi_open_handle_scope(env, &scope);
+  napi_value fn, recv, argv[1], result;
+  napi_get_reference_value(env, w->callback, &fn);
+  napi_get_global(env, &recv);  // napi_make_callback wants an object as `this`
+  if (sock_err == 0) napi_get_null(env, &argv[0]); else argv[0] = make_errno_error(env, sock_err, "poll");
+  napi_make_callback(env, w->async, recv, fn, 1, argv, &result);
+  napi_close_handle_scope(env, scope);
+  napi_delete_reference(env, w->callback);
+  napi_async_destroy(env, w->async);
+  uv_close((uv_handle_t *)poll, on_hangup_watch_closed);
+}
+
+// fdWatchHangup(sock, cb(err | null)): once, when the peer of `sock` has closed. `sock` must stay open until then.
+static napi_value js_watch_hangup(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_argv(env, info, argv, 2);
+  int32_t sock;
+  napi_valuetype t;
+  if (argc < 2 || napi_get_value_int32(env, argv[0], &sock) != napi_ok || sock < 0 || napi_typeof(env, argv[1], &t) != napi_ok || t != napi_function) {
+    return throw_type(env, "fdWatchHangup(sock >= 0, callback)");
+  }
+  int type;
+  socklen_t len = sizeof type;
+  if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return throw_errno(env, errno, "getsockopt");
+  hangup_watch *w = calloc(1, sizeof *w);
+  uv_loop_t *loop = NULL;
+  if (w == NULL) return throw_errno(env, ENOMEM, "fdWatchHangup");
+  int err = napi_get_uv_event_loop(env, &loop) != napi_ok ? EINVAL : -uv_poll_init(loop, &w->poll, sock);
+  if (err != 0) { free(w); return throw_errno(env, err, "uv_poll_init"); }
+  w->env = env;
+  w->sock = sock;
+  w->poll.data = w;
+  napi_create_reference(env, argv[1], 1, &w->callback);
+  napi_value resource_name;
+  napi_create_string_utf8(env, "layerd.fdWatchHangup", NAPI_AUTO_LENGTH, &resource_name);
+  napi_async_init(env, NULL, resource_name, &w->async);
+  uv_poll_start(&w->poll, UV_DISCONNECT, on_hangup);
+  uv_unref((uv_handle_t *)&w->poll);  // watching never keeps the process alive
+  return NULL;
+}
+
 void fd_passing_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "fdSocketPair", 0, js_socketpair, 0, 0, 0, napi_default, 0 },
@@ -410,6 +481,7 @@ void fd_passing_register(napi_env env, napi_value exports) {
     { "fdSetCloexec", 0, js_set_cloexec, 0, 0, 0, napi_default, 0 },
     { "sdNotify", 0, js_sd_notify, 0, 0, 0, napi_default, 0 },
     { "childWaitAsync", 0, js_child_wait_async, 0, 0, 0, napi_default, 0 },
+    { "fdWatchHangup", 0, js_watch_hangup, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

@@ -205,14 +205,23 @@ export interface NativeFdPassing {
   fdSetCloexec (fd: number): void
   /** One datagram to systemd's notify socket (a path, or '@name' for the abstract namespace), `fds` attached. */
   sdNotify (socketPath: string, message: string, fds: number[]): void
+  /**
+   * Call `callback` once, on the event loop, when the peer of the connected
+   * socket `sock` has closed (uv_poll): with null when it hung up, with the
+   * socket's error when it reset (ECONNRESET: it closed with messages of
+   * ours unread). Messages it sent before stay to be read. `sock` must stay
+   * open until then. The watch does not keep the process alive. Sync;
+   * throws errno errors (ENOTSOCK, EBADF).
+   */
+  fdWatchHangup (sock: number, callback: (err: NodeJS.ErrnoException | null) => void): void
 }
 
-/** The addon's fd passing. Sync; throws UnsupportedError when the addon is missing or older than version 5. */
+/** The addon's fd passing. Sync; throws UnsupportedError when the addon is missing or older than version 11. */
 export function nativeFdPassing (): NativeFdPassing {
   const b = load()
   if (b.fdSend === undefined || b.fdRecv === undefined || b.fdRecvAsync === undefined || b.fdSocketPair === undefined ||
-    b.fdSetCloexec === undefined || b.sdNotify === undefined) {
-    throw new UnsupportedError('layerd native addon has no fd passing (built before version 5): run `npm run build`')
+    b.fdSetCloexec === undefined || b.sdNotify === undefined || b.fdWatchHangup === undefined) {
+    throw new UnsupportedError('layerd native addon has no fd passing with hang-up watch (built before version 11): run `npm run build`')
   }
   return b as NativeFdPassing
 }

@@ -36,6 +36,13 @@ export interface FdStore {
    * the daemon up. Throws FdStoreError when the message cannot be sent.
    */
   ready: () => void
+  /**
+   * Call `listener` once, on the event loop, when the store is gone for good
+   * (the holder died: its end of the socket closed), so that this daemon
+   * knows at once, not at its next call, that nothing keeps its connections.
+   * systemd's store never goes. Sync; throws FdStoreError when it cannot watch.
+   */
+  onGone: (listener: (why: FdStoreError) => void) => void
 }
 
 /** How long the holder may take to answer: it does nothing else, so this only bounds a stopped (SIGSTOP) holder. */
@@ -83,6 +90,16 @@ export class HolderFdStore implements FdStore {
     this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS)
   }
   ready (): void { this.#send({ op: 'ready' }, []); this.#unread++ }
+  onGone (listener: (why: FdStoreError) => void): void {
+    try {
+      // The socket stays open for this process's life: nothing here closes it.
+      this.#native.fdWatchHangup(this.#sock, err => listener(err === null
+        ? new FdStoreError('the holder is gone (its socket hung up)')
+        : new FdStoreError(`the holder is gone (its socket failed: ${describeError(err)})`, { cause: err })))
+    } catch (err) {
+      throw new FdStoreError(`cannot watch the holder's socket: ${describeError(err)}`, { cause: err })
+    }
+  }
 
   #call (request: HolderRequest, fds: number[], timeoutMs = HOLDER_REPLY_TIMEOUT_MS): void {
     this.#send(request, fds)
@@ -170,6 +187,8 @@ export class SystemdFdStore implements FdStore {
   /** systemd starts one daemon at a time: nothing to say. */
   standby (): void {}
   ready (): void { this.#notify(`READY=1\nMAINPID=${process.pid}`, []) }
+  /** systemd outlives its services. */
+  onGone (): void {}
 
   #notify (message: string, fds: number[]): void {
     try {

@@ -5,10 +5,10 @@
  * it as one it had started itself (restarted after a SIGKILL, stopped with
  * the holder). A second start for a home whose holder runs changes nothing.
  * layerd serves without waiting for a Node holder still booting; one that
- * dies before it serves leaves layerd serving, unprotected.
+ * dies leaves layerd serving, unprotected, and layerd says so at once.
  */
-import t from 'tap'
-import { spawn } from 'node:child_process'
+import t, { type Test } from 'tap'
+import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { getPriority } from 'node:os'
 import { join } from 'node:path'
@@ -49,6 +49,31 @@ async function until (what: string, check: () => Promise<boolean>, timeoutMs = 2
   throw new Error(`timed out waiting until ${what}`)
 }
 
+/** The pid in `<home>/holder.pid`. Sync. */
+function holderPid (home: string): number {
+  return Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim())
+}
+
+/** Start layerd at `<dir>/name` as layerctl does (through the front), stopped at the test's end: its pid and the holder's. Async. */
+async function startedHome (t: Test, name: string): Promise<{ home: string, pid: number, holder: number }> {
+  const home = join(dir, name)
+  t.teardown(layerdNode(home).stopDaemon)
+  const client = await connectDaemon({ home })
+  try { return { home, pid: (await client.call('ping')).pid, holder: holderPid(home) } } finally { client.close() }
+}
+
+/** Start the front at `<dir>/name` with the holder entry `script` (JS source) instead of the Node holder, logging to layerd.log. Sync. */
+function startWithHolder (t: Test, name: string, script: string): { home: string, front: ChildProcess } {
+  const home = join(dir, name)
+  t.teardown(layerdNode(home).stopDaemon)
+  const entry = join(dir, `${name}-holder.mjs`)
+  writeFileSync(entry, script)
+  mkdirSync(home, { recursive: true })
+  const logFd = openSync(join(home, 'layerd.log'), 'a')
+  const { file, args } = holderCommand(home, [], { holderEntry: entry })
+  try { return { home, front: spawn(file, args, { stdio: ['ignore', logFd, logFd], detached: true }) } } finally { closeSync(logFd) }
+}
+
 t.test('holderCommand() starts the holder through its C front when it is built', async t => {
   t.ok(HOLDER_FRONT.endsWith('native/build/Release/layerd-holder'), 'the front is the build\'s')
   const { file, args } = holderCommand(join(dir, 'x'))
@@ -57,13 +82,7 @@ t.test('holderCommand() starts the holder through its C front when it is built',
 })
 
 t.test('a layerd started by the front is the holder\'s child, restarted after a SIGKILL, stopped with the holder', async t => {
-  const home = join(dir, 'a')
-  const node = layerdNode(home)
-  t.teardown(node.stopDaemon)
-  const client = await connectDaemon({ home })
-  const first = (await client.call('ping')).pid
-  client.close()
-  const holder = Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim())
+  const { home, pid: first, holder } = await startedHome(t, 'a')
   t.equal(parentOf(first), holder, 'layerd\'s parent is the holder (the front became it by exec)')
   t.match(readFileSync(`/proc/${holder}/cmdline`, 'utf8'), /holder\.js\0--adopt\0\d+:\d+\0/, 'the Node holder adopted it')
   const log = (): string => readFileSync(join(home, 'layerd.log'), 'utf8')
@@ -90,12 +109,8 @@ t.test('a layerd started by the front is the holder\'s child, restarted after a 
 })
 
 t.test('the adopted layerd\'s exit code reaches the holder: a clean stop of it ends the holder', async t => {
-  const home = join(dir, 'b')
-  const node = layerdNode(home)
-  t.teardown(node.stopDaemon)
-  const client = await connectDaemon({ home })
-  const pid = (await client.call('ping')).pid
-  const holder = Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim())
+  const { home, pid, holder } = await startedHome(t, 'b')
+  const client = await connectDaemon({ home, autoStart: false })
   await client.call('shutdown')
   client.close()
   await until('the holder has stopped', async () => { try { process.kill(holder, 0); return false } catch { return true } })
@@ -103,12 +118,7 @@ t.test('the adopted layerd\'s exit code reaches the holder: a clean stop of it e
 })
 
 t.test('a second front for a home whose holder runs exits 3 and changes nothing', async t => {
-  const home = join(dir, 'c')
-  const node = layerdNode(home)
-  t.teardown(node.stopDaemon)
-  const client = await connectDaemon({ home })
-  const pid = (await client.call('ping')).pid
-  client.close()
+  const { home, pid } = await startedHome(t, 'c')
   const holder = readFileSync(join(home, HOLDER_PID_FILE), 'utf8')
   const { file, args } = holderCommand(home)
   const code = await new Promise(resolve => spawn(file, args, { stdio: 'ignore' }).once('exit', resolve))
@@ -117,38 +127,40 @@ t.test('a second front for a home whose holder runs exits 3 and changes nothing'
   t.equal(await servingPid(home), pid, 'the same layerd serves')
 })
 
-t.test('a holder that dies while it boots leaves the front\'s layerd serving, unprotected, and saying so', async t => {
-  const home = join(dir, 'd')
-  const node = layerdNode(home)
-  t.teardown(node.stopDaemon)
-  const dies = join(dir, 'dying-holder.mjs')
-  writeFileSync(dies, 'process.exit(1)\n') // in the window between the front's exec and the holder serving layerd's socket
-  mkdirSync(home, { recursive: true })
-  const logFd = openSync(join(home, 'layerd.log'), 'a')
-  const { file, args } = holderCommand(home, [], { holderEntry: dies })
-  const code = await new Promise(resolve => spawn(file, args, { stdio: ['ignore', logFd, logFd] }).once('exit', resolve))
-  closeSync(logFd)
-  t.equal(code, 1, 'the holder died')
-  await until('layerd serves', async () => { await servingPid(home); return true })
-  const pid = await servingPid(home)
-  t.not(parentOf(pid), process.pid, 'layerd outlived its parent')
-  // Its `ready`, sent right after its first answers, finds the socket closed.
-  await until('layerd says its connections are no longer protected', async () =>
-    /the holder fd store failed: FUSE connections may not survive this daemon: (cannot reach the holder|the holder is gone)/.test(readFileSync(join(home, 'layerd.log'), 'utf8')))
-})
+// A holder that dies leaves layerd serving, unprotected: layerd sees the holder's socket close on its event loop (not at
+// its next call, which may never come) and says so, and `ping` says nothing keeps its connections any more.
+const DYING_HOLDERS = [
+  // in the window between the front's exec and the holder serving layerd's socket, before layerd's `ready`
+  { name: 'd1', when: 'while it boots', script: 'process.exit(1)\n' },
+  // after layerd's `ready` (sent without waiting for the answer: it lies unread in the holder's socket), with no call after it
+  {
+    name: 'd2',
+    when: 'once layerd has said ready',
+    script: `import { readFileSync } from 'node:fs'
+const log = process.argv[process.argv.indexOf('--home') + 1] + '/layerd.log'
+for (let i = 0; i < 1000 && !/layerd \\d+ serving /.test(readFileSync(log, 'utf8')); i++) await new Promise(resolve => setTimeout(resolve, 20))
+process.exit(1)
+`
+  }
+]
+for (const { name, when, script } of DYING_HOLDERS) {
+  t.test(`a holder that dies ${when} leaves the front's layerd serving, unprotected, and saying so at once`, async t => {
+    const { home, front } = startWithHolder(t, name, script)
+    t.equal(await new Promise(resolve => front.once('exit', resolve)), 1, 'the holder died')
+    await until('layerd serves', async () => { await servingPid(home); return true })
+    const pid = await servingPid(home)
+    t.not(parentOf(pid), process.pid, 'layerd outlived its parent')
+    await until('layerd says its connections are no longer kept', async () =>
+      /the holder is gone \(its socket (hung up|failed: ECONNRESET)[^\n]*: FUSE connections will not survive this daemon/.test(readFileSync(join(home, 'layerd.log'), 'utf8')))
+    const client = await connectDaemon({ home, autoStart: false })
+    try { t.equal((await client.call('ping')).connectionsKeptBy, null, 'and ping says nothing keeps them') } finally { client.close() }
+  })
+}
 
 t.test('the front\'s layerd serves while the Node holder is still booting, and the holder takes it on once up', async t => {
-  const home = join(dir, 'e')
-  const node = layerdNode(home)
-  t.teardown(node.stopDaemon)
   // A holder 3.5 s slow to boot (under the 5 s layerd waits for an answer): layerd must not wait for it before it answers.
-  const slow = join(dir, 'slow-holder.mjs')
-  writeFileSync(slow, `await new Promise(resolve => setTimeout(resolve, 3500))\nawait import(${JSON.stringify(HOLDER_ENTRY)})\n`)
-  mkdirSync(home, { recursive: true })
-  const logFd = openSync(join(home, 'layerd.log'), 'a')
-  const { file, args } = holderCommand(home, [], { holderEntry: slow })
-  spawn(file, args, { stdio: ['ignore', logFd, logFd], detached: true }).unref()
-  closeSync(logFd)
+  const { home, front } = startWithHolder(t, 'e', `await new Promise(resolve => setTimeout(resolve, 3500))\nawait import(${JSON.stringify(HOLDER_ENTRY)})\n`)
+  front.unref()
   const log = (): string => readFileSync(join(home, 'layerd.log'), 'utf8')
   let pid = 0
   let before = ''
@@ -158,5 +170,5 @@ t.test('the front\'s layerd serves while the Node holder is still booting, and t
   t.notMatch(log(), /adopted layerd/, 'and answers again: its `ready` does not wait for the holder\'s answer')
   await until('the holder hears that layerd serves', async () => log().includes(`holder: layerd ${pid} serves`))
   t.match(log(), new RegExp(`adopted layerd ${pid} `), 'the holder adopted it')
-  t.notMatch(log(), /fd store failed/, 'layerd\'s requests waited in the socket for the holder, none failed')
+  t.notMatch(log(), /fd store failed|holder is gone/, 'layerd\'s requests waited in the socket for the holder, none failed')
 })
