@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <node_api.h>
 #include <uv.h>
+#include "poll_once.h"
 
 #define MAX_FDS 64
 #define MAX_MESSAGE_BYTES (1024 * 1024)
@@ -408,15 +409,14 @@ static napi_value js_child_wait_async(napi_env env, napi_callback_info info) {
 }
 
 typedef struct {
-  uv_poll_t poll;
-  napi_env env;
-  napi_ref callback;
-  napi_async_context async;
+  poll_once watch;  // first: the watch frees this struct when it closes
   int sock;
 } hangup_watch;
 
-static void on_hangup_watch_closed(uv_handle_t *handle) {
-  free(handle->data);
+// cb(err | null)
+static void hangup_args(napi_env env, void *ctx, napi_value *argv) {
+  int err = *(const int *)ctx;
+  if (err == 0) napi_get_null(env, &argv[0]); else argv[0] = make_errno_error(env, err, "poll");
 }
 
 // Only UV_DISCONNECT is asked for: a readable message (an answer the caller reads itself) wakes nothing.
@@ -425,22 +425,10 @@ static void on_hangup_watch_closed(uv_handle_t *handle) {
 static void on_hangup(uv_poll_t *poll, int status, int events) {
   hangup_watch *w = poll->data;
   if (status == 0 && (events & UV_DISCONNECT) == 0) return;
-  uv_poll_stop(poll);
-  int sock_err = 0;
-  socklen_t len = sizeof sock_err;
-  if (status != 0 && (getsockopt(w->sock, SOL_SOCKET, SO_ERROR, &sock_err, &len) != 0 || sock_err == 0)) sock_err = -status;
-  napi_env env = w->env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
-  napi_value fn, recv, argv[1], result;
-  napi_get_reference_value(env, w->callback, &fn);
-  napi_get_global(env, &recv);  // napi_make_callback wants an object as `this`
-  if (sock_err == 0) napi_get_null(env, &argv[0]); else argv[0] = make_errno_error(env, sock_err, "poll");
-  napi_make_callback(env, w->async, recv, fn, 1, argv, &result);
-  napi_close_handle_scope(env, scope);
-  napi_delete_reference(env, w->callback);
-  napi_async_destroy(env, w->async);
-  uv_close((uv_handle_t *)poll, on_hangup_watch_closed);
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (status != 0 && (getsockopt(w->sock, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err == 0)) err = -status;
+  poll_once_call(&w->watch, 1, hangup_args, &err);
 }
 
 // fdWatchHangup(sock, cb(err | null)): once, when the peer of `sock` has closed. `sock` must stay open until then.
@@ -456,19 +444,11 @@ static napi_value js_watch_hangup(napi_env env, napi_callback_info info) {
   socklen_t len = sizeof type;
   if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return throw_errno(env, errno, "getsockopt");
   hangup_watch *w = calloc(1, sizeof *w);
-  uv_loop_t *loop = NULL;
   if (w == NULL) return throw_errno(env, ENOMEM, "fdWatchHangup");
-  int err = napi_get_uv_event_loop(env, &loop) != napi_ok ? EINVAL : -uv_poll_init(loop, &w->poll, sock);
-  if (err != 0) { free(w); return throw_errno(env, err, "uv_poll_init"); }
-  w->env = env;
   w->sock = sock;
-  w->poll.data = w;
-  napi_create_reference(env, argv[1], 1, &w->callback);
-  napi_value resource_name;
-  napi_create_string_utf8(env, "layerd.fdWatchHangup", NAPI_AUTO_LENGTH, &resource_name);
-  napi_async_init(env, NULL, resource_name, &w->async);
-  uv_poll_start(&w->poll, UV_DISCONNECT, on_hangup);
-  uv_unref((uv_handle_t *)&w->poll);  // watching never keeps the process alive
+  int err = poll_once_start(env, &w->watch, w, sock, UV_DISCONNECT, on_hangup, argv[1], "layerd.fdWatchHangup");
+  if (err != 0) { free(w); return throw_errno(env, -err, "uv_poll_init"); }
+  uv_unref((uv_handle_t *)&w->watch.poll);  // watching never keeps the process alive
   return NULL;
 }
 

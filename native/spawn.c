@@ -40,6 +40,7 @@
 #include <unistd.h>
 #include <node_api.h>
 #include <uv.h>
+#include "poll_once.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -49,10 +50,7 @@
 #define MAX_STRING_BYTES (1024 * 1024)
 
 typedef struct {
-  uv_poll_t poll;
-  napi_env env;
-  napi_ref on_exit;
-  napi_async_context async;
+  poll_once watch;  // first: the watch frees this struct when it closes
   int pidfd;
 } child_watch;
 
@@ -103,8 +101,11 @@ static char **get_strings(napi_env env, napi_value v, const char *what) {
   return list;
 }
 
-static void on_watch_closed(uv_handle_t *handle) {
-  free(handle->data);
+// onExit(code, signal)
+static void child_exit_args(napi_env env, void *ctx, napi_value *argv) {
+  const int *end = ctx;
+  napi_create_int32(env, end[0], &argv[0]);
+  napi_create_int32(env, end[1], &argv[1]);
 }
 
 static void on_pidfd_readable(uv_poll_t *poll, int status, int events) {
@@ -120,21 +121,9 @@ static void on_pidfd_readable(uv_poll_t *poll, int status, int events) {
   if (r == 0 && si.si_code == CLD_EXITED) code = si.si_status;
   else if (r == 0) signal = si.si_status;
   else signal = SIGKILL;  // cannot happen for our own child; report it as killed rather than never
-  uv_poll_stop(poll);
   close(w->pidfd);
-  napi_env env = w->env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
-  napi_value fn, recv, argv[2], result;
-  napi_get_reference_value(env, w->on_exit, &fn);
-  napi_get_global(env, &recv);  // napi_make_callback wants an object as `this`
-  napi_create_int32(env, code, &argv[0]);
-  napi_create_int32(env, signal, &argv[1]);
-  napi_make_callback(env, w->async, recv, fn, 2, argv, &result);
-  napi_close_handle_scope(env, scope);
-  napi_delete_reference(env, w->on_exit);
-  napi_async_destroy(env, w->async);
-  uv_close((uv_handle_t *)poll, on_watch_closed);
+  int end[2] = { code, signal };
+  poll_once_call(&w->watch, 2, child_exit_args, end);
 }
 
 static void close_all(int (*pipes)[2], int n) {
@@ -211,8 +200,8 @@ static napi_value js_spawn_vfork(napi_env env, napi_callback_info info) {
   fcntl(pidfd, F_SETFD, FD_CLOEXEC);
 
   child_watch *w = calloc(1, sizeof *w);
-  uv_loop_t *loop = NULL;
-  if (w == NULL || napi_get_uv_event_loop(env, &loop) != napi_ok || uv_poll_init(loop, &w->poll, pidfd) != 0) {
+  if (w != NULL) w->pidfd = pidfd;
+  if (w == NULL || poll_once_start(env, &w->watch, w, pidfd, UV_READABLE, on_pidfd_readable, args[5], "layerd.spawnVfork") != 0) {
     free(w);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -220,14 +209,6 @@ static napi_value js_spawn_vfork(napi_env env, napi_callback_info info) {
     throw_errno(env, ENOMEM, "uv_poll_init", path);
     goto done;
   }
-  w->env = env;
-  w->pidfd = pidfd;
-  w->poll.data = w;
-  napi_create_reference(env, args[5], 1, &w->on_exit);
-  napi_value resource_name;
-  napi_create_string_utf8(env, "layerd.spawnVfork", NAPI_AUTO_LENGTH, &resource_name);
-  napi_async_init(env, NULL, resource_name, &w->async);
-  uv_poll_start(&w->poll, UV_READABLE, on_pidfd_readable);  // cannot fail: uv_poll_init checked the fd
 
   // The parent keeps the other ends; the child's are closed here (the child has its own copies).
   napi_value fds, pid_v, fd_v;
