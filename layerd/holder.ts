@@ -16,12 +16,20 @@
  */
 import { parseArgs } from 'node:util'
 import { fileURLToPath } from 'node:url'
-import { HolderError, describeError } from '../src/errors.js'
+import { BadInputError, HolderError, describeError } from '../src/errors.js'
 import { HOLDER_EXIT } from '../src/exit-codes.js'
 import { Holder } from '../src/holder/holder.js'
 import { resolveSettings } from '../src/state/settings.js'
 
 const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N]] [-- LAYERD_FLAGS...]'
+
+// From the moment this module runs: a SIGTERM or SIGINT while the holder starts (the front's layerd may serve
+// already) stops both once it has started, instead of ending this process alone and leaving that layerd unprotected.
+let stopOnStart: NodeJS.Signals | undefined
+let stopHolder: ((signal: NodeJS.Signals) => void) | undefined
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.on(signal, () => { if (stopHolder === undefined) stopOnStart ??= signal; else stopHolder(signal) })
+}
 
 async function main (): Promise<number> {
   let parsed
@@ -55,11 +63,10 @@ async function main (): Promise<number> {
     await holder.start()
   } catch (err) {
     log(`holder: cannot start: ${describeError(err)}`)
-    return err instanceof HolderError ? HOLDER_EXIT.ALREADY_RUNNING : HOLDER_EXIT.FAILURE
+    return err instanceof HolderError ? HOLDER_EXIT.ALREADY_RUNNING : err instanceof BadInputError ? HOLDER_EXIT.USAGE : HOLDER_EXIT.FAILURE
   }
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.on(signal, () => { log(`holder: ${signal}: stopping layerd`); void holder.stop() })
-  }
+  stopHolder = signal => { log(`holder: ${signal}: stopping layerd`); void holder.stop() }
+  if (stopOnStart !== undefined) stopHolder(stopOnStart)
   // The holder must outlive anything odd in its own code: log, keep holding.
   process.on('uncaughtException', err => log(`holder: uncaught: ${err.stack ?? String(err)}`))
   process.on('unhandledRejection', err => log(`holder: unhandled rejection: ${describeError(err)}`))

@@ -8,9 +8,6 @@
 //   fdRecvAsync(sock, maxBytes, cb)          the same on a libuv worker thread: cb(err, msg | null)
 //   fdSetCloexec(fd)                         for fds inherited from systemd (LISTEN_FDS)
 //   sdNotify(socketPath, message, fds)       one datagram to systemd's NOTIFY_SOCKET ('@' = abstract)
-//   childWaitAsync(pid, cb)                  waitid(2) for a child libuv did not start (the holder's
-//                                            adopted layerd, native/holder_front.c) on a worker thread:
-//                                            cb(err, { code, signal }) once it ended, reaped
 //   fdWatchHangup(sock, cb)                  cb(err) once, on the event loop, when the other end of a
 //                                            connected socket is gone (uv_poll): null when it hung up, the
 //                                            socket's error when it reset (ECONNRESET: it closed with our
@@ -28,7 +25,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <node_api.h>
 #include <uv.h>
@@ -243,35 +239,9 @@ static napi_value js_recv(napi_env env, napi_callback_info info) {
   return received_value(env, &r);
 }
 
-// What every callback job here starts with: its work and the JS callback.
 typedef struct {
   napi_async_work work;
   napi_ref callback;
-} async_job;
-
-// Queue `job` (an async_job first) to run `execute` on a worker, then `complete` on the JS thread with `callback`.
-static void queue_job(napi_env env, async_job *job, napi_value callback, const char *name, napi_async_execute_callback execute,
-                      napi_async_complete_callback complete) {
-  napi_value name_v;
-  napi_create_reference(env, callback, 1, &job->callback);
-  napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &name_v);
-  napi_create_async_work(env, NULL, name_v, execute, complete, job, &job->work);
-  napi_queue_async_work(env, job->work);
-}
-
-// End `job` (freed) and call its callback with (argv[0], argv[1]).
-static void finish_job(napi_env env, async_job *job, napi_value *argv) {
-  napi_value cb, undefined;
-  napi_get_reference_value(env, job->callback, &cb);
-  napi_get_undefined(env, &undefined);
-  napi_delete_reference(env, job->callback);
-  napi_delete_async_work(env, job->work);
-  free(job);
-  napi_call_function(env, undefined, cb, 2, argv, NULL);
-}
-
-typedef struct {
-  async_job head;
   int sock;
   size_t max_bytes;
   received r;
@@ -285,7 +255,9 @@ static void recv_execute(napi_env env, void *data) {
 
 static void recv_complete(napi_env env, napi_status status, void *data) {
   recv_job *job = data;
-  napi_value argv[2];
+  napi_value cb, undefined, argv[2];
+  napi_get_reference_value(env, job->callback, &cb);
+  napi_get_undefined(env, &undefined);
   if (status != napi_ok) {
     for (int i = 0; i < job->r.nfds; i++) close(job->r.fds[i]);
     free(job->r.data);
@@ -299,12 +271,15 @@ static void recv_complete(napi_env env, napi_status status, void *data) {
     napi_get_null(env, &argv[0]);
     argv[1] = received_value(env, &job->r);
   }
-  finish_job(env, &job->head, argv);
+  napi_delete_reference(env, job->callback);
+  napi_delete_async_work(env, job->work);
+  free(job);
+  napi_call_function(env, undefined, cb, 2, argv, NULL);
 }
 
 // fdRecvAsync(sock, maxBytes, cb(err, msg | null)): one message, waited for on a worker thread.
 static napi_value js_recv_async(napi_env env, napi_callback_info info) {
-  napi_value argv[3];
+  napi_value argv[3], name;
   size_t argc = get_argv(env, info, argv, 3);
   int32_t sock;
   uint32_t max_bytes;
@@ -315,7 +290,10 @@ static napi_value js_recv_async(napi_env env, napi_callback_info info) {
   if (job == NULL) return throw_errno(env, ENOMEM, "fdRecvAsync");
   job->sock = sock;
   job->max_bytes = max_bytes;
-  queue_job(env, &job->head, argv[2], "layerd-fd-recv", recv_execute, recv_complete);
+  napi_create_reference(env, argv[2], 1, &job->callback);
+  napi_create_string_utf8(env, "layerd-fd-recv", NAPI_AUTO_LENGTH, &name);
+  napi_create_async_work(env, NULL, name, recv_execute, recv_complete, job, &job->work);
+  napi_queue_async_work(env, job->work);
   return NULL;
 }
 
@@ -355,56 +333,6 @@ static napi_value js_sd_notify(napi_env env, napi_callback_info info) {
   int err = send_with_fds(sock, &addr, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + path_len), msg, msg_len, fds, nfds);
   close(sock);
   if (err != 0) return throw_errno(env, err, "sendmsg");
-  return NULL;
-}
-
-typedef struct {
-  async_job head;
-  pid_t pid;
-  int err;
-  siginfo_t info;
-} child_wait_job;
-
-static void child_wait_execute(napi_env env, void *data) {
-  (void)env;
-  child_wait_job *job = data;
-  int r;
-  do { r = waitid(P_PID, (id_t)job->pid, &job->info, WEXITED); } while (r != 0 && errno == EINTR);
-  job->err = r == 0 ? 0 : errno;
-}
-
-static void child_wait_complete(napi_env env, napi_status status, void *data) {
-  child_wait_job *job = data;
-  napi_value argv[2];
-  if (status != napi_ok || job->err != 0) {
-    argv[0] = make_errno_error(env, status != napi_ok ? ECANCELED : job->err, "waitid");
-    napi_get_null(env, &argv[1]);
-  } else {
-    napi_value code, sig;
-    napi_get_null(env, &argv[0]);
-    napi_create_object(env, &argv[1]);
-    int exited = job->info.si_code == CLD_EXITED;
-    if (exited) napi_create_int32(env, job->info.si_status, &code); else napi_get_null(env, &code);
-    if (exited) napi_get_null(env, &sig); else napi_create_int32(env, job->info.si_status, &sig);
-    napi_set_named_property(env, argv[1], "code", code);
-    napi_set_named_property(env, argv[1], "signal", sig);
-  }
-  finish_job(env, &job->head, argv);
-}
-
-// childWaitAsync(pid, cb(err, { code: number | null, signal: number | null })): the child's end, waited for on a worker thread.
-static napi_value js_child_wait_async(napi_env env, napi_callback_info info) {
-  napi_value argv[2];
-  size_t argc = get_argv(env, info, argv, 2);
-  int32_t pid;
-  napi_valuetype t;
-  if (argc < 2 || napi_get_value_int32(env, argv[0], &pid) != napi_ok || pid <= 0 || napi_typeof(env, argv[1], &t) != napi_ok || t != napi_function) {
-    return throw_type(env, "childWaitAsync(pid > 0, callback)");
-  }
-  child_wait_job *job = calloc(1, sizeof *job);
-  if (job == NULL) return throw_errno(env, ENOMEM, "childWaitAsync");
-  job->pid = pid;
-  queue_job(env, &job->head, argv[1], "layerd-child-wait", child_wait_execute, child_wait_complete);
   return NULL;
 }
 
@@ -460,7 +388,6 @@ void fd_passing_register(napi_env env, napi_value exports) {
     { "fdRecvAsync", 0, js_recv_async, 0, 0, 0, napi_default, 0 },
     { "fdSetCloexec", 0, js_set_cloexec, 0, 0, 0, napi_default, 0 },
     { "sdNotify", 0, js_sd_notify, 0, 0, 0, napi_default, 0 },
-    { "childWaitAsync", 0, js_child_wait_async, 0, 0, 0, napi_default, 0 },
     { "fdWatchHangup", 0, js_watch_hangup, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

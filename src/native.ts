@@ -27,7 +27,7 @@ import { UnsupportedError } from './errors.js'
 export const XATTR_CREATE = 1
 export const XATTR_REPLACE = 2
 
-interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<NativeFdPassing>, Partial<NativeChildWait> {
+interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<NativeFdPassing> {
   version (): number
   llistxattr (path: string): string[]
   lgetxattr (path: string, name: string): Buffer
@@ -49,6 +49,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   fadviseRandom? (fd: number, random: boolean): void
   lstatEntry? (path: string, out: Float64Array): string[]
   spawnVfork?: NativeSpawnVfork
+  childWatchExit?: NativeChildWatchExit
 }
 
 /** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
@@ -226,20 +227,21 @@ export function nativeFdPassing (): NativeFdPassing {
   return b as NativeFdPassing
 }
 
-/** How a child ended: its exit code, or the number of the signal that killed it. */
-export interface ChildEnd { code: number | null, signal: number | null }
+/**
+ * Watching the exit of a child that neither libuv nor spawnVfork started
+ * (native/spawn.c): a pidfd on the event loop, as spawnVfork's own.
+ * `onExit(code, signal)` runs once, right after the child is reaped in the
+ * same tick: the exit code with signal 0, or code -1 and the killing signal.
+ * Until then its pid stays the child's. Sync; throws errno errors (ECHILD:
+ * not a child of this process).
+ */
+export type NativeChildWatchExit = (pid: number, onExit: (code: number, signal: number) => void) => void
 
-/** Waiting for a child that libuv did not start (native/fd_passing.c). */
-export interface NativeChildWait {
-  /** waitid(2) for `pid` on a libuv worker thread (the thread waits until the child ends); it is reaped. */
-  childWaitAsync (pid: number, callback: (err: NodeJS.ErrnoException | null, end: ChildEnd | null) => void): void
-}
-
-/** The addon's child wait. Sync; throws UnsupportedError when the addon is missing or was built without it. */
-export function nativeChildWait (): NativeChildWait {
+/** The addon's child exit watch. Sync; throws UnsupportedError when the addon is missing or older than version 11. */
+export function nativeChildWatchExit (): NativeChildWatchExit {
   const b = load()
-  if (b.childWaitAsync === undefined) throw new UnsupportedError('layerd native addon has no childWaitAsync (built before the holder\'s C front): run `npm run build`')
-  return b as NativeChildWait
+  if (b.childWatchExit === undefined) throw new UnsupportedError('layerd native addon has no childWatchExit (built before version 11): run `npm run build`')
+  return b.childWatchExit.bind(b)
 }
 
 /** mount(2) flags, as in <sys/mount.h>. */

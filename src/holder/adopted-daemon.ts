@@ -3,15 +3,15 @@
  * front (native/holder_front.c) forks layerd and then becomes the Node
  * holder by exec, so that layerd is this process's child from the start
  * while the holder's own Node boot runs beside it. libuv reaps only the
- * children it started, so this one is waited for with waitid(2) on a worker
- * thread (`childWaitAsync`), and seen through the slice of ChildProcess the
- * holder uses (`DaemonProcess`).
+ * children it started, so this one's exit is watched on a pidfd
+ * (`childWatchExit`, native/spawn.c), and it is seen through the slice of
+ * ChildProcess the holder uses (`DaemonProcess`).
  *
  * May import: src/native.ts.
  */
 import { EventEmitter } from 'node:events'
 import { constants } from 'node:os'
-import { nativeChildWait } from '../native.js'
+import { nativeChildWatchExit } from '../native.js'
 
 /** What the holder uses of a layerd process: ChildProcess has it, and so does AdoptedDaemon. */
 export interface DaemonProcess {
@@ -31,24 +31,23 @@ export class AdoptedDaemon extends EventEmitter implements DaemonProcess {
   exitCode: number | null = null
   signalCode: NodeJS.Signals | null = null
 
-  /** Start waiting for child `pid` (sync). Throws UnsupportedError when the addon has no childWaitAsync. */
+  /**
+   * Start watching child `pid` (sync). Throws errno errors (ECHILD: not a
+   * child of this process, a bad --adopt), UnsupportedError when the addon
+   * has no childWatchExit.
+   */
   constructor (pid: number) {
     super()
     this.pid = pid
-    nativeChildWait().childWaitAsync(pid, (err, end) => {
-      if (err !== null || end === null) {
-        // ECHILD: not our child (a bad --adopt); reported, and counted as a death so that the holder starts a layerd of its own.
-        this.emit('error', err ?? new Error(`waitid(${pid}) gave nothing`))
-        this.emit('exit', null, null)
-        return
-      }
-      this.exitCode = end.code
-      this.signalCode = end.signal === null ? null : SIGNAL_NAMES.get(end.signal) ?? null
+    nativeChildWatchExit()(pid, (code, signal) => {
+      // Reaped just now, in this tick: kill() sees the codes before the pid can be anyone else's.
+      this.exitCode = signal === 0 ? code : null
+      this.signalCode = signal === 0 ? null : SIGNAL_NAMES.get(signal) ?? 'SIGKILL'
       this.emit('exit', this.exitCode, this.signalCode)
     })
   }
 
-  /** Signal the child unless it has been reaped (its pid may be reused then). Sync; false when it could not be signalled. */
+  /** Signal the child unless it has been reaped (its pid may be someone else's then). Sync; false when it could not be signalled. */
   kill (signal: NodeJS.Signals = 'SIGTERM'): boolean {
     if (this.exitCode !== null || this.signalCode !== null) return false
     try { process.kill(this.pid, signal); return true } catch { return false }

@@ -30,7 +30,7 @@
 import { closeSync, rmSync } from 'node:fs'
 import type { Server } from 'node:net'
 import { join } from 'node:path'
-import { HolderError, describeError } from '../errors.js'
+import { BadInputError, HolderError, describeError } from '../errors.js'
 import { HOLDER_EXIT, LAYERD_EXIT } from '../exit-codes.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
 import { setProcessNice } from '../host/thread-priority.js'
@@ -202,14 +202,26 @@ export class Holder {
     return await this.finished
   }
 
-  /** Take the front's layerd as the current one (HolderOptions.adopt). Sync; throws UnsupportedError when the addon cannot wait for it. */
+  /**
+   * Take the front's layerd as the current one (HolderOptions.adopt). Sync; throws BadInputError when `pid` is no
+   * child of this process, UnsupportedError when the addon cannot watch it.
+   */
   #adopt ({ pid, sock }: { pid: number, sock: number }): void {
-    this.#native.fdSetCloexec(sock) // the layerds this holder starts later must not inherit it
-    const child = new AdoptedDaemon(pid)
+    let child: AdoptedDaemon
+    try {
+      child = new AdoptedDaemon(pid)
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ECHILD') throw err
+      throw new BadInputError(`--adopt ${pid}:${sock}: process ${pid} is not a child of this holder`, { cause: err })
+    }
     const g: Generation = { child, sock, startedAt: 0 } // it started with this process (just before its exec into Node)
-    this.#current = g
+    this.#current = g // from here, a failed start stops it
+    try {
+      this.#native.fdSetCloexec(sock) // the layerds this holder starts later must not inherit it
+    } catch (err) {
+      throw new BadInputError(`--adopt ${pid}:${sock}: fd ${sock} is not open: ${describeError(err)}`, { cause: err })
+    }
     this.#opts.log(`holder ${process.pid}: adopted layerd ${pid} (${this.#entry}), started by the holder's front`)
-    child.on('error', err => this.#opts.log(`holder: cannot wait for layerd ${pid}: ${describeError(err)}`))
     child.on('exit', (code, signal) => this.#exited(g, code, signal))
     this.#serveFdStore(g)
   }
