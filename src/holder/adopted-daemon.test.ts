@@ -7,7 +7,8 @@
  */
 import t from 'tap'
 import { spawn } from 'node:child_process'
-import { existsSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { HOLDER_ENTRY } from '../daemon/daemon-launcher.js'
 import { HOLDER_EXIT } from '../exit-codes.js'
@@ -20,7 +21,9 @@ t.test('AdoptedDaemon refuses a process that is not a child of this one (ECHILD)
 })
 
 t.test('the holder with an --adopt that names no child of its own exits with the usage code, naming the flag, and leaves no pid file', async t => {
-  const home = t.testdir()
+  // A short home: its holder.sock must fit in sun_path (a tap test dir's name is too long for it).
+  const home = mkdtempSync(join(tmpdir(), 'adopt-'))
+  t.teardown(() => rmSync(home, { recursive: true, force: true }))
   const holder = spawn(process.execPath, [HOLDER_ENTRY, '--home', home, '--adopt', '1:0'], { stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   holder.stderr.on('data', (c: Buffer) => { stderr += c.toString() })
