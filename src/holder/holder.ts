@@ -90,6 +90,16 @@ interface Generation {
   dropped?: boolean
 }
 
+/** Watch the front's layerd (HolderOptions.adopt). Sync; throws BadInputError when `pid` is no child of this process, UnsupportedError when the addon cannot watch it. */
+function watchAdopted ({ pid, sock }: { pid: number, sock: number }): AdoptedDaemon {
+  try {
+    return new AdoptedDaemon(pid)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ECHILD') throw err
+    throw new BadInputError(`--adopt ${pid}:${sock}: process ${pid} is not a child of this holder`, { cause: err })
+  }
+}
+
 export class Holder {
   readonly #opts: HolderOptions
   readonly #native: NativeFdPassing
@@ -127,15 +137,16 @@ export class Holder {
       // Before anything that starts a thread or a layerd: both inherit the calling thread's nice value.
       try { setProcessNice(this.#opts.niceBack) } catch (err) { this.#opts.log(`holder: cannot go back to nice ${this.#opts.niceBack}: ${describeError(err)}`) }
     }
+    const adopted = adopt === undefined ? undefined : watchAdopted(adopt)
     try {
       takeHolderPidFile(this.#opts.home)
     } catch (err) {
-      if (adopt !== undefined) { try { process.kill(adopt.pid, 'SIGTERM') } catch {} } // it holds nothing yet: it waits for this holder
+      adopted?.kill('SIGTERM') // it holds nothing yet: it waits for this holder
       throw err
     }
     try {
       // An adopted layerd may already wait for an answer on its socket: serve that first.
-      if (adopt !== undefined) this.#adopt(adopt)
+      if (adopt !== undefined && adopted !== undefined) this.#adopt(adopt.sock, adopted)
       this.#server = await listenHolderControl(this.#opts.home, { status: () => this.status(), restart: async entry => await this.restart(entry) })
       if (adopt === undefined) this.#spawn()
     } catch (err) {
@@ -202,18 +213,9 @@ export class Holder {
     return await this.finished
   }
 
-  /**
-   * Take the front's layerd as the current one (HolderOptions.adopt). Sync; throws BadInputError when `pid` is no
-   * child of this process, UnsupportedError when the addon cannot watch it.
-   */
-  #adopt ({ pid, sock }: { pid: number, sock: number }): void {
-    let child: AdoptedDaemon
-    try {
-      child = new AdoptedDaemon(pid)
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ECHILD') throw err
-      throw new BadInputError(`--adopt ${pid}:${sock}: process ${pid} is not a child of this holder`, { cause: err })
-    }
+  /** Take the front's layerd (`child`, its socket `sock`) as the current one (HolderOptions.adopt). Sync; throws BadInputError for a closed fd. */
+  #adopt (sock: number, child: AdoptedDaemon): void {
+    const pid = child.pid
     const g: Generation = { child, sock, startedAt: 0 } // it started with this process (just before its exec into Node)
     this.#current = g // from here, a failed start stops it
     try {
