@@ -19,12 +19,12 @@
  * bench/cold-start.ts does before each of its reps: every module, addon and
  * the node binary are then read from disk. The warm standby is off (it
  * would start 3 s later anyway). Each start is stopped (SIGTERM, waited for) before the
- * next.
+ * next, and its layerd with it when the holder ended before it could stop it (signalled during its boot).
  *
  * Bench-only: may import anything.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { createConnection, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -119,8 +119,26 @@ async function coldStart (root: string, dist: string, way: StartWay): Promise<Sa
   } finally {
     child.kill('SIGTERM')
     await exited
+    // A holder signalled while its Node side still boots (the front started layerd first) ends alone: stop its layerd too.
+    await stopLeftDaemon(home)
     await rm(home, { recursive: true, force: true })
   }
+}
+
+/** SIGTERM the layerd named by `<home>/layerd.pid` if it still runs, and wait (up to 10 s) until it has gone. Async. */
+async function stopLeftDaemon (home: string): Promise<void> {
+  let pid: number
+  try { pid = Number((await readFile(join(home, 'layerd.pid'), 'utf8')).trim()) } catch { return }
+  if (!Number.isSafeInteger(pid) || pid <= 0) return
+  // Only that layerd: its pid may have been reused if it ended as it should.
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')
+  if (!cmdline.includes(`\0${home}\0`) && !cmdline.endsWith(`\0${home}`)) return
+  try { process.kill(pid, 'SIGTERM') } catch { return }
+  for (let i = 0; i < 200; i++) {
+    try { process.kill(pid, 0) } catch { return }
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  throw new Error(`layerd ${pid} (home ${home}) did not stop within 10 s of SIGTERM`)
 }
 
 async function main (): Promise<void> {
