@@ -1,27 +1,34 @@
 /**
- * layerd's cold start, spawn to serving, as `layerctl` starts it (the holder,
- * which starts layerd): at a fresh home, the time until the control socket
+ * layerd's cold start, spawn to serving, as `layerctl` starts it (the holder's
+ * C front, which starts layerd and the Node holder beside it; a build without
+ * the front: the Node holder, which starts layerd): at a fresh home, the time until the control socket
  * accepts a connection, until it answers `ping`, and until it serves a
  * request that needs the node's database, cache and mounts (`mounts`).
  * With `--old DIR` (another built checkout) both builds run, interleaved,
  * the order alternating per rep.
  *
- *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--no-holder] [--out DIR]
+ *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--starts front,node,alone] [--no-holder | --node-holder] [--out DIR]
+ *
+ * `--starts`: the ways to start, each a row, interleaved (default `front`):
+ * `front` as layerctl starts it; `node` the Node holder directly, without
+ * its C front (the start before the front); `alone` layerd without a holder
+ * (LAYERD_HOLDER=0's way). `--no-holder` and `--node-holder` are
+ * `--starts alone` and `--starts node`.
  *
  * `--drop-caches` drops the page cache before each start (root), as
  * bench/cold-start.ts does before each of its reps: every module, addon and
- * the node binary are then read from disk. `--no-holder` starts layerd
- * alone (LAYERD_HOLDER=0's way). The warm standby is off (it would start
- * 3 s later anyway). Each start is stopped (SIGTERM, waited for) before the
- * next.
+ * the node binary are then read from disk. The warm standby is off (it
+ * would start 3 s later anyway). Each start is stopped (SIGTERM, waited for) before the
+ * next, and its layerd with it when the holder ended before it could stop it (signalled during its boot).
  *
  * Bench-only: may import anything.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { createConnection, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { holderCommand } from '../src/daemon/daemon-launcher.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { dropPageCaches, fmt, markdownTable, median, REPO_ROOT, REPORT_OPTIONS, runInterleaved, startLoadSampler, writeReport } from './bench-report.js'
 
@@ -30,12 +37,27 @@ const SPEC = {
   reps: { type: 'string', default: '8', value: 'N' },
   'drop-caches': { type: 'boolean' },
   'no-holder': { type: 'boolean' },
+  'node-holder': { type: 'boolean' },
+  starts: { type: 'string', value: 'LIST' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('daemon-start', SPEC)
 const REPS = ARGS.number('reps', { min: 1 })
 const DROP = ARGS.flag('drop-caches')
-const HOLDER = !ARGS.flag('no-holder')
+const START_WAYS = ['front', 'node', 'alone'] as const
+type StartWay = typeof START_WAYS[number]
+const STARTS: StartWay[] = (() => {
+  const list = ARGS.optString('starts') ?? (ARGS.flag('no-holder') ? 'alone' : ARGS.flag('node-holder') ? 'node' : 'front')
+  const ways = list.split(',')
+  const bad = ways.find(w => !(START_WAYS as readonly string[]).includes(w))
+  if (bad !== undefined) throw new Error(`daemon-start: --starts ${JSON.stringify(list)}: ${JSON.stringify(bad)} is not one of ${START_WAYS.join(', ')}`)
+  return [...new Set(ways as StartWay[])]
+})()
+const START_TITLES: Record<StartWay, string> = {
+  front: 'the holder\'s C front: layerd, and the Node holder beside it',
+  node: 'the Node holder, then layerd',
+  alone: 'layerd alone'
+}
 const POLL_MS = 2
 const GIVE_UP_MS = 30_000
 
@@ -74,16 +96,16 @@ async function call (socket: Socket, id: number, method: string): Promise<void> 
   if (answer.error !== undefined) throw new Error(`${method}: ${answer.error.message}`)
 }
 
-/** One cold start of the build in `dist` at a fresh home. */
-async function coldStart (dist: string): Promise<Sample> {
+/** One cold start, the way `way`, of the build in `dist` (of the checkout `root`) at a fresh home. */
+async function coldStart (root: string, dist: string, way: StartWay): Promise<Sample> {
   const home = await mkdtemp(join(tmpdir(), 'layerd-bench-start-'))
   if (DROP) await dropPageCaches()
   const main = join(dist, 'layerd/main.js')
-  const args = HOLDER
-    ? ['--max-semi-space-size=1', join(dist, 'layerd/holder.js'), '--home', home, '--entry', main, '--']
-    : ['--max-semi-space-size=1', main, '--foreground', '--home', home]
+  const { file, args } = way !== 'alone'
+    ? holderCommand(home, [], { front: way === 'front', daemonEntry: main, holderEntry: join(dist, 'layerd/holder.js'), holderFront: join(root, 'native/build/Release/layerd-holder') })
+    : { file: process.execPath, args: ['--max-semi-space-size=1', main, '--foreground', '--home', home] }
   const t0 = performance.now()
-  const child: ChildProcess = spawn(process.execPath, args, { stdio: 'ignore', env: { ...process.env, LAYERD_WARM_STANDBY: '0' } })
+  const child: ChildProcess = spawn(file, args, { stdio: 'ignore', env: { ...process.env, LAYERD_WARM_STANDBY: '0' } })
   const exited = new Promise(resolve => child.once('exit', resolve))
   try {
     const socket = await connectWhenUp(join(home, 'layerd.sock'), t0)
@@ -97,16 +119,35 @@ async function coldStart (dist: string): Promise<Sample> {
   } finally {
     child.kill('SIGTERM')
     await exited
+    // A holder signalled while its Node side still boots (the front started layerd first) ends alone: stop its layerd too.
+    await stopLeftDaemon(home)
     await rm(home, { recursive: true, force: true })
   }
 }
 
+/** SIGTERM the layerd named by `<home>/layerd.pid` if it still runs, and wait (up to 10 s) until it has gone. Async. */
+async function stopLeftDaemon (home: string): Promise<void> {
+  let pid: number
+  try { pid = Number((await readFile(join(home, 'layerd.pid'), 'utf8')).trim()) } catch { return }
+  if (!Number.isSafeInteger(pid) || pid <= 0) return
+  // Only that layerd: its pid may have been reused if it ended as it should.
+  const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')
+  if (!cmdline.includes(`\0${home}\0`) && !cmdline.endsWith(`\0${home}`)) return
+  try { process.kill(pid, 'SIGTERM') } catch { return }
+  for (let i = 0; i < 200; i++) {
+    try { process.kill(pid, 0) } catch { return }
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  throw new Error(`layerd ${pid} (home ${home}) did not stop within 10 s of SIGTERM`)
+}
+
 async function main (): Promise<void> {
   const old = ARGS.optString('old')
-  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${HOLDER ? '' : ' --no-holder'}`
-  const sides = [{ name: 'this build', dist: join(REPO_ROOT, 'dist') }, ...(old === undefined ? [] : [{ name: `old (${old})`, dist: join(resolve(old), 'dist') }])]
+  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${STARTS.join() === 'front' ? '' : ` --starts ${STARTS.join()}`}`
+  const builds = [{ name: 'this build', root: REPO_ROOT }, ...(old === undefined ? [] : [{ name: `old (${old})`, root: resolve(old) }])]
+  const sides = builds.flatMap(b => STARTS.map(way => ({ name: STARTS.length === 1 ? b.name : `${b.name}, ${way}`, root: b.root, way })))
   const load = startLoadSampler()
-  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.dist) })),
+  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.root, join(s.root, 'dist'), s.way) })),
     s => `accepts ${fmt(s.acceptMs, 0)} ms, ping ${fmt(s.pingMs, 0)} ms, serves ${fmt(s.servesMs, 0)} ms`, { rotate: true })
   const loadFigures = load.stop()
   const rows = sides.map(s => {
@@ -115,11 +156,11 @@ async function main (): Promise<void> {
   })
   await writeReport({
     name: 'daemon-start',
-    title: `layerd cold start, spawn to serving (${HOLDER ? 'holder, then layerd' : 'layerd alone'}${DROP ? ', page cache dropped' : ''}), medians of ${REPS}`,
+    title: `layerd cold start, spawn to serving (${STARTS.map(w => `${w}: ${START_TITLES[w]}`).join('; ')}${DROP ? ', page cache dropped' : ''}), medians of ${REPS}`,
     command,
     load: loadFigures,
-    markdown: markdownTable(['build', 'socket accepts ms', 'ping answered ms', 'serves (`mounts` answered) ms'], rows),
-    data: { reps: REPS, dropCaches: DROP, holder: HOLDER, samples: Object.fromEntries(samples) }
+    markdown: markdownTable(['build, start', 'socket accepts ms', 'ping answered ms', 'serves (`mounts` answered) ms'], rows),
+    data: { reps: REPS, dropCaches: DROP, starts: STARTS, samples: Object.fromEntries(samples) }
   }, ARGS.string('out'))
 }
 

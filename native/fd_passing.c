@@ -1,6 +1,6 @@
 // File descriptors passed between processes, which Node cannot do for an
 // arbitrary fd: what keeps layerd's FUSE connections alive across a crash
-// or an upgrade (src/holder/README.md). Three primitives, no policy:
+// or an upgrade (src/holder/README.md). Primitives, no policy:
 //
 //   fdSocketPair() -> [a, b]                 AF_UNIX SOCK_SEQPACKET, both close-on-exec
 //   fdSend(sock, data, fds)                  one message (sendmsg, SCM_RIGHTS), MSG_NOSIGNAL
@@ -8,6 +8,11 @@
 //   fdRecvAsync(sock, maxBytes, cb)          the same on a libuv worker thread: cb(err, msg | null)
 //   fdSetCloexec(fd)                         for fds inherited from systemd (LISTEN_FDS)
 //   sdNotify(socketPath, message, fds)       one datagram to systemd's NOTIFY_SOCKET ('@' = abstract)
+//   fdWatchHangup(sock, cb)                  cb(err) once, on the event loop, when the other end of a
+//                                            connected socket is gone (uv_poll): null when it hung up, the
+//                                            socket's error when it reset (ECONNRESET: it closed with our
+//                                            messages unread); the messages it sent stay to be read; the
+//                                            watch keeps no loop alive
 //
 // Received fds are close-on-exec (MSG_CMSG_CLOEXEC). Errors throw (or are
 // passed to cb as) Node-style errno errors.
@@ -22,6 +27,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <node_api.h>
+#include <uv.h>
+#include "poll_once.h"
 
 #define MAX_FDS 64
 #define MAX_MESSAGE_BYTES (1024 * 1024)
@@ -329,6 +336,50 @@ static napi_value js_sd_notify(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+typedef struct {
+  poll_once watch;  // first: the watch frees this struct when it closes
+  int sock;
+} hangup_watch;
+
+// cb(err | null)
+static void hangup_args(napi_env env, void *ctx, napi_value *argv) {
+  int err = *(const int *)ctx;
+  if (err == 0) napi_get_null(env, &argv[0]); else argv[0] = make_errno_error(env, err, "poll");
+}
+
+// Only UV_DISCONNECT is asked for: a readable message (an answer the caller reads itself) wakes nothing.
+// A peer that closed with messages of ours unread leaves ECONNRESET on the socket: libuv reports that
+// EPOLLERR as UV_EBADF, so the socket's own error is read (SO_ERROR) and passed on instead.
+static void on_hangup(uv_poll_t *poll, int status, int events) {
+  hangup_watch *w = poll->data;
+  if (status == 0 && (events & UV_DISCONNECT) == 0) return;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (status != 0 && (getsockopt(w->sock, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err == 0)) err = -status;
+  poll_once_call(&w->watch, 1, hangup_args, &err);
+}
+
+// fdWatchHangup(sock, cb(err | null)): once, when the peer of `sock` has closed. `sock` must stay open until then.
+static napi_value js_watch_hangup(napi_env env, napi_callback_info info) {
+  napi_value argv[2];
+  size_t argc = get_argv(env, info, argv, 2);
+  int32_t sock;
+  napi_valuetype t;
+  if (argc < 2 || napi_get_value_int32(env, argv[0], &sock) != napi_ok || sock < 0 || napi_typeof(env, argv[1], &t) != napi_ok || t != napi_function) {
+    return throw_type(env, "fdWatchHangup(sock >= 0, callback)");
+  }
+  int type;
+  socklen_t len = sizeof type;
+  if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return throw_errno(env, errno, "getsockopt");
+  hangup_watch *w = calloc(1, sizeof *w);
+  if (w == NULL) return throw_errno(env, ENOMEM, "fdWatchHangup");
+  w->sock = sock;
+  int err = poll_once_start(env, &w->watch, w, sock, UV_DISCONNECT, on_hangup, argv[1], "layerd.fdWatchHangup");
+  if (err != 0) { free(w); return throw_errno(env, -err, "uv_poll_init"); }
+  uv_unref((uv_handle_t *)&w->watch.poll);  // watching never keeps the process alive
+  return NULL;
+}
+
 void fd_passing_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "fdSocketPair", 0, js_socketpair, 0, 0, 0, napi_default, 0 },
@@ -337,6 +388,7 @@ void fd_passing_register(napi_env env, napi_value exports) {
     { "fdRecvAsync", 0, js_recv_async, 0, 0, 0, napi_default, 0 },
     { "fdSetCloexec", 0, js_set_cloexec, 0, 0, 0, napi_default, 0 },
     { "sdNotify", 0, js_sd_notify, 0, 0, 0, napi_default, 0 },
+    { "fdWatchHangup", 0, js_watch_hangup, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

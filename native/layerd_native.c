@@ -77,7 +77,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 10, &v);
+  napi_create_uint32(env, 11, &v);
   return v;
 }
 

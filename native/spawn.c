@@ -9,6 +9,7 @@
 // that starts thousands of sandboxes (one runtime process each) needs.
 //
 //   spawnVfork(path, argv, envp, cwd | null, pipes, onExit) -> { pid, fds }
+//   childWatchExit(pid, onExit)   the same exit watch for a child started otherwise (the holder's adopted layerd)
 //
 // `pipes` pipes become the child's fds 0 .. pipes-1: fd 0 and fds 3.. are
 // read by the child (the parent gets their write ends), fds 1 and 2 are
@@ -40,6 +41,7 @@
 #include <unistd.h>
 #include <node_api.h>
 #include <uv.h>
+#include "poll_once.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -49,10 +51,7 @@
 #define MAX_STRING_BYTES (1024 * 1024)
 
 typedef struct {
-  uv_poll_t poll;
-  napi_env env;
-  napi_ref on_exit;
-  napi_async_context async;
+  poll_once watch;  // first: the watch frees this struct when it closes
   int pidfd;
 } child_watch;
 
@@ -103,8 +102,11 @@ static char **get_strings(napi_env env, napi_value v, const char *what) {
   return list;
 }
 
-static void on_watch_closed(uv_handle_t *handle) {
-  free(handle->data);
+// onExit(code, signal)
+static void child_exit_args(napi_env env, void *ctx, napi_value *argv) {
+  const int *end = ctx;
+  napi_create_int32(env, end[0], &argv[0]);
+  napi_create_int32(env, end[1], &argv[1]);
 }
 
 static void on_pidfd_readable(uv_poll_t *poll, int status, int events) {
@@ -120,21 +122,48 @@ static void on_pidfd_readable(uv_poll_t *poll, int status, int events) {
   if (r == 0 && si.si_code == CLD_EXITED) code = si.si_status;
   else if (r == 0) signal = si.si_status;
   else signal = SIGKILL;  // cannot happen for our own child; report it as killed rather than never
-  uv_poll_stop(poll);
   close(w->pidfd);
-  napi_env env = w->env;
-  napi_handle_scope scope;
-  napi_open_handle_scope(env, &scope);
-  napi_value fn, recv, argv[2], result;
-  napi_get_reference_value(env, w->on_exit, &fn);
-  napi_get_global(env, &recv);  // napi_make_callback wants an object as `this`
-  napi_create_int32(env, code, &argv[0]);
-  napi_create_int32(env, signal, &argv[1]);
-  napi_make_callback(env, w->async, recv, fn, 2, argv, &result);
-  napi_close_handle_scope(env, scope);
-  napi_delete_reference(env, w->on_exit);
-  napi_async_destroy(env, w->async);
-  uv_close((uv_handle_t *)poll, on_watch_closed);
+  int end[2] = { code, signal };
+  poll_once_call(&w->watch, 2, child_exit_args, end);
+}
+
+// Watch child `pid`'s exit on the event loop: on_exit(code, signal) once it is reaped. NULL, or the call that
+// failed with *err set (nothing is left open).
+static const char *watch_exit(napi_env env, pid_t pid, napi_value on_exit, const char *name, int *err) {
+  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd < 0) { *err = errno; return "pidfd_open"; }
+  fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+  child_watch *w = calloc(1, sizeof *w);
+  if (w != NULL) w->pidfd = pidfd;
+  if (w == NULL || poll_once_start(env, &w->watch, w, pidfd, UV_READABLE, on_pidfd_readable, on_exit, name) != 0) {
+    free(w);
+    close(pidfd);
+    *err = ENOMEM;
+    return "uv_poll_init";
+  }
+  return NULL;
+}
+
+// childWatchExit(pid, onExit(code, signal)): the same exit watch for a child this process did not start with
+// spawnVfork or libuv (the holder's adopted layerd, native/holder_front.c: forked before the exec into node).
+static napi_value js_child_watch_exit(napi_env env, napi_callback_info info) {
+  napi_value args[2];
+  size_t argc = 2;
+  napi_get_cb_info(env, info, &argc, args, NULL, NULL);
+  int32_t pid = 0;
+  napi_valuetype t = napi_undefined;
+  if (argc >= 2) napi_typeof(env, args[1], &t);
+  if (argc < 2 || napi_get_value_int32(env, args[0], &pid) != napi_ok || pid <= 0 || t != napi_function) return type_error(env, "childWatchExit(pid > 0, onExit)");
+  // Only a child of ours can be reaped here (and its pid is ours until then): ECHILD otherwise.
+  char what[32];
+  snprintf(what, sizeof what, "pid %d", pid);
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0) return throw_errno(env, errno, "waitid", what);
+  int err = 0;
+  const char *failed = watch_exit(env, pid, args[1], "layerd.childWatchExit", &err);
+  if (failed != NULL) return throw_errno(env, err, failed, what);
+  return NULL;
 }
 
 static void close_all(int (*pipes)[2], int n) {
@@ -200,34 +229,13 @@ static napi_value js_spawn_vfork(napi_env env, napi_callback_info info) {
   pid_t pid;
   int err = posix_spawn(&pid, path, &fa, &attr, argv, envp);
   if (err != 0) { throw_errno(env, err, "posix_spawn", path); goto done; }
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (pidfd < 0) {
-    int e = errno;
+  const char *failed = watch_exit(env, pid, args[5], "layerd.spawnVfork", &err);
+  if (failed != NULL) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    throw_errno(env, e, "pidfd_open", path);
+    throw_errno(env, err, failed, path);
     goto done;
   }
-  fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-
-  child_watch *w = calloc(1, sizeof *w);
-  uv_loop_t *loop = NULL;
-  if (w == NULL || napi_get_uv_event_loop(env, &loop) != napi_ok || uv_poll_init(loop, &w->poll, pidfd) != 0) {
-    free(w);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    close(pidfd);
-    throw_errno(env, ENOMEM, "uv_poll_init", path);
-    goto done;
-  }
-  w->env = env;
-  w->pidfd = pidfd;
-  w->poll.data = w;
-  napi_create_reference(env, args[5], 1, &w->on_exit);
-  napi_value resource_name;
-  napi_create_string_utf8(env, "layerd.spawnVfork", NAPI_AUTO_LENGTH, &resource_name);
-  napi_async_init(env, NULL, resource_name, &w->async);
-  uv_poll_start(&w->poll, UV_READABLE, on_pidfd_readable);  // cannot fail: uv_poll_init checked the fd
 
   // The parent keeps the other ends; the child's are closed here (the child has its own copies).
   napi_value fds, pid_v, fd_v;
@@ -259,6 +267,7 @@ done:
 void spawn_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "spawnVfork", 0, js_spawn_vfork, 0, 0, 0, napi_default, 0 },
+    { "childWatchExit", 0, js_child_watch_exit, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

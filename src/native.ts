@@ -49,6 +49,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   fadviseRandom? (fd: number, random: boolean): void
   lstatEntry? (path: string, out: Float64Array): string[]
   spawnVfork?: NativeSpawnVfork
+  childWatchExit?: NativeChildWatchExit
 }
 
 /** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
@@ -205,16 +206,42 @@ export interface NativeFdPassing {
   fdSetCloexec (fd: number): void
   /** One datagram to systemd's notify socket (a path, or '@name' for the abstract namespace), `fds` attached. */
   sdNotify (socketPath: string, message: string, fds: number[]): void
+  /**
+   * Call `callback` once, on the event loop, when the peer of the connected
+   * socket `sock` has closed (uv_poll): with null when it hung up, with the
+   * socket's error when it reset (ECONNRESET: it closed with messages of
+   * ours unread). Messages it sent before stay to be read. `sock` must stay
+   * open until then. The watch does not keep the process alive. Sync;
+   * throws errno errors (ENOTSOCK, EBADF).
+   */
+  fdWatchHangup (sock: number, callback: (err: NodeJS.ErrnoException | null) => void): void
 }
 
-/** The addon's fd passing. Sync; throws UnsupportedError when the addon is missing or older than version 5. */
+/** The addon's fd passing. Sync; throws UnsupportedError when the addon is missing or older than version 11. */
 export function nativeFdPassing (): NativeFdPassing {
   const b = load()
   if (b.fdSend === undefined || b.fdRecv === undefined || b.fdRecvAsync === undefined || b.fdSocketPair === undefined ||
-    b.fdSetCloexec === undefined || b.sdNotify === undefined) {
-    throw new UnsupportedError('layerd native addon has no fd passing (built before version 5): run `npm run build`')
+    b.fdSetCloexec === undefined || b.sdNotify === undefined || b.fdWatchHangup === undefined) {
+    throw new UnsupportedError('layerd native addon has no fd passing with hang-up watch (built before version 11): run `npm run build`')
   }
   return b as NativeFdPassing
+}
+
+/**
+ * Watching the exit of a child that neither libuv nor spawnVfork started
+ * (native/spawn.c): a pidfd on the event loop, as spawnVfork's own.
+ * `onExit(code, signal)` runs once, right after the child is reaped in the
+ * same tick: the exit code with signal 0, or code -1 and the killing signal.
+ * Until then its pid stays the child's. Sync; throws errno errors (ECHILD:
+ * not a child of this process).
+ */
+export type NativeChildWatchExit = (pid: number, onExit: (code: number, signal: number) => void) => void
+
+/** The addon's child exit watch. Sync; throws UnsupportedError when the addon is missing or older than version 11. */
+export function nativeChildWatchExit (): NativeChildWatchExit {
+  const b = load()
+  if (b.childWatchExit === undefined) throw new UnsupportedError('layerd native addon has no childWatchExit (built before version 11): run `npm run build`')
+  return b.childWatchExit.bind(b)
 }
 
 /** mount(2) flags, as in <sys/mount.h>. */

@@ -16,7 +16,7 @@
  * May import: src/errors.ts, src/state/, this folder.
  */
 import { spawn } from 'node:child_process'
-import { openSync, closeSync } from 'node:fs'
+import { existsSync, openSync, closeSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { DaemonUnavailableError } from '../errors.js'
@@ -32,6 +32,13 @@ const POLL_MS = 10
 export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))
 /** The compiled holder entry (dist/layerd/holder.js). */
 export const HOLDER_ENTRY = fileURLToPath(new URL('../../layerd/holder.js', import.meta.url))
+/**
+ * The holder's C front (native/holder_front.c, built by `npm run build`): it
+ * starts layerd at once and the Node holder beside it, so the holder's Node
+ * boot is not in series with layerd's start (bench/daemon-start.ts).
+ */
+export const HOLDER_FRONT = fileURLToPath(new URL('../../../native/build/Release/layerd-holder', import.meta.url))
+
 /**
  * Node flags of the daemon (also in layerd/main.ts's `#!` line). A 1 MiB
  * semi-space caps V8's young generation at ~3 MiB instead of growing it to
@@ -82,15 +89,26 @@ export async function connectDaemon (opts: DaemonOptions): Promise<ControlClient
     : `layerd (pid ${holder}) holds ${opts.home} but does not answer on ${sock} within ${DAEMON_START_TIMEOUT_MS} ms; see ${log}`, { cause: last })
 }
 
+/**
+ * The command that starts layerd under its holder at `home`: through the
+ * holder's C front when it is built (`front: false`, or no front: the Node
+ * holder alone, which starts layerd after its own boot). Sync.
+ */
+export function holderCommand (home: string, daemonArgs: string[] = [], opts: { front?: boolean, daemonEntry?: string, holderEntry?: string, holderFront?: string } = {}): { file: string, args: string[] } {
+  const holder = [...DAEMON_NODE_FLAGS, opts.holderEntry ?? HOLDER_ENTRY, '--home', home, '--entry', opts.daemonEntry ?? DAEMON_ENTRY, '--', ...daemonArgs]
+  const front = opts.holderFront ?? HOLDER_FRONT
+  return opts.front !== false && existsSync(front) ? { file: front, args: [process.execPath, ...holder] } : { file: process.execPath, args: holder }
+}
+
 /** Start a detached layerd; `exitCode` is set if it exits while we wait (undefined while it runs). */
 function startDaemon (opts: DaemonOptions): { exitCode: number | null | undefined } {
   ensureHomeDir(opts.home)
   const logFd = openSync(join(opts.home, 'layerd.log'), 'a', 0o600)
   try {
-    const args = opts.holder === false
-      ? [...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])]
-      : [...DAEMON_NODE_FLAGS, HOLDER_ENTRY, '--home', opts.home, '--entry', DAEMON_ENTRY, '--', ...(opts.args ?? [])]
-    const child = spawn(process.execPath, args, {
+    const { file, args } = opts.holder === false
+      ? { file: process.execPath, args: [...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', opts.home, ...(opts.args ?? [])] }
+      : holderCommand(opts.home, opts.args)
+    const child = spawn(file, args, {
       detached: true,
       stdio: ['ignore', logFd, logFd]
     })

@@ -212,9 +212,13 @@ export class LayerdDaemon {
       await parts.mounts.releaseUntakenConnections()
       mark('services')
       served()
+      // The answers that waited for this go out first: a holder still booting beside this daemon (its C front
+      // started both, src/holder/README.md) reads `ready` only once it is up (ready() does not wait for its answer).
+      await new Promise(resolve => setImmediate(resolve))
       this.#keeper?.ready()
       log(`start phases (ms since the process began): ${phases.join(', ')}`)
-      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${parts.cache.location}${this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.#keeper.store.kind}`}`)
+      const keptBy = this.#keeper === undefined ? '' : `, FUSE connections kept by ${this.keptBy ?? `none (the ${this.#keeper.store.kind} is gone)`}`
+      log(`layerd ${process.pid} serving ${socketPath(home)}, cache ${parts.cache.location}${keptBy}`)
       if (this.config.metricsAddr !== undefined) {
         // prom-client and the registry are loaded only when metrics are on (idle RSS).
         const { createDaemonRegistry, serveMetrics } = await import('../metrics/daemon-metrics.js')
@@ -285,8 +289,8 @@ export class LayerdDaemon {
     await this.#stopping
   }
 
-  /** Who keeps the FUSE connections: 'holder', 'systemd', or null (they die with this daemon). */
-  get keptBy (): 'holder' | 'systemd' | null { return this.#keeper?.store.kind ?? null }
+  /** Who keeps the FUSE connections: 'holder', 'systemd', or null (they die with this daemon: none, or the holder died). */
+  get keptBy (): 'holder' | 'systemd' | null { return this.#keeper === undefined || this.#keeper.storeGone ? null : this.#keeper.store.kind }
 
   /**
    * The control API (control-protocol.ts): params arrive checked against the

@@ -8,7 +8,9 @@
  * removed after the fd is dropped, so a kept fd always has its record. At
  * start, fds without a record are closed (their connections end) and
  * records without an fd are dropped (their mounts died with the daemon;
- * the mount manager cleans those mountpoints). The file is written by
+ * the mount manager cleans those mountpoints). A store that goes for good
+ * (the holder died) is logged the moment it goes, and `storeGone` says so
+ * from then on. The file is written by
  * rename without fsync: it only has to survive the daemon's death, and a
  * reboot ends every FUSE connection anyway.
  *
@@ -41,6 +43,7 @@ export class HeldConnections implements ConnectionKeeper {
   /** Mountpoints an earlier daemon recorded whose connection is gone (nothing kept its fd). */
   readonly lost: string[] = []
   #storeFailed = false
+  #storeGone = false
 
   /**
    * The keeper over `store`, with what an earlier daemon kept. Call with the
@@ -64,6 +67,12 @@ export class HeldConnections implements ConnectionKeeper {
     this.#file = file
     this.#log = log
     this.#records = readRecords(file, log)
+    try {
+      store.onGone(why => {
+        this.#storeGone = true
+        this.#log(`${describeError(why)}: FUSE connections will not survive this daemon`)
+      })
+    } catch (err) { this.#storeDown(err) }
     let held = new Map<string, number>()
     try { held = store.list() } catch (err) { this.#storeDown(err) }
     for (const [name, fd] of held) {
@@ -79,6 +88,9 @@ export class HeldConnections implements ConnectionKeeper {
     }
     this.#save()
   }
+
+  /** Whether the store has gone for good (FdStore.onGone: the holder died): nothing keeps this daemon's connections. */
+  get storeGone (): boolean { return this.#storeGone }
 
   /** How many connections an earlier daemon kept that are still to be taken. */
   get availableCount (): number { return this.#available.size }

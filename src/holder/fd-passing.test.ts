@@ -3,8 +3,11 @@
  * file's fd sent over a SOCK_SEQPACKET socketpair arrives as a new fd of the
  * same open file; HolderFdStore's put/list/drop against a responder that
  * speaks fd-store-protocol.ts as the holder does; bad requests are refused.
+ * A peer's close is seen on the event loop at once (fdWatchHangup,
+ * HolderFdStore.onGone), not at the next call.
  */
 import t from 'tap'
+import { execFileSync } from 'node:child_process'
 import { closeSync, openSync, readSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
@@ -70,6 +73,60 @@ t.test('HolderFdStore: put, list, drop against a holder-side responder', async t
   closeSync(daemonEnd)
   await new Promise(resolve => worker.once('exit', resolve))
   closeSync(holderEnd)
+})
+
+/** What `p` settles to, or 'none' if it has not within `ms`. Async. */
+async function within<T> (p: Promise<T>, ms: number): Promise<T | 'none'> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<'none'>(resolve => { timer = setTimeout(() => resolve('none'), ms) })
+  try { return await Promise.race([p, late]) } finally { clearTimeout(timer) }
+}
+
+t.test('fdWatchHangup() calls back once the peer closes, not for a message it sends, which stays to be read', async t => {
+  const [a, b] = fdp.fdSocketPair()
+  let calls = 0
+  const hung = new Promise<NodeJS.ErrnoException | null>(resolve => fdp.fdWatchHangup(a, err => { calls++; resolve(err) }))
+  fdp.fdSend(b, Buffer.from('an answer'), [])
+  t.equal(await within(hung, 200), 'none', 'a message is not a hang-up')
+  t.equal(fdp.fdRecv(a, 1024, 0)?.data.toString(), 'an answer', 'and the watch did not read it')
+  closeSync(b)
+  t.equal(await within(hung, 5_000), null, 'the close is seen, without a call on the socket')
+  await new Promise(resolve => setTimeout(resolve, 50))
+  t.equal(calls, 1, 'once')
+  closeSync(a)
+})
+
+t.test('fdWatchHangup() reports a peer that closed with our messages unread as ECONNRESET', async t => {
+  const [a, b] = fdp.fdSocketPair()
+  fdp.fdSend(a, Buffer.from('{"op":"ready"}'), []) // as layerd's ready, sent without waiting for the answer
+  const hung = within(new Promise(resolve => fdp.fdWatchHangup(a, resolve)), 5_000)
+  closeSync(b)
+  t.match(await hung, { code: 'ECONNRESET', syscall: 'poll' })
+  closeSync(a)
+})
+
+t.test('fdWatchHangup() refuses what is not a socket, and keeps no process alive', async t => {
+  const fd = openSync(join(dir, 'g'), 'w')
+  t.throws(() => fdp.fdWatchHangup(fd, () => {}), { code: 'ENOTSOCK', syscall: 'getsockopt' })
+  closeSync(fd)
+  t.throws(() => fdp.fdWatchHangup(-1, () => {}), TypeError)
+  // A process whose only handle is a watch on a live socket ends by itself.
+  const script = `import(${JSON.stringify(new URL('../native.js', import.meta.url).href)}).then(({ nativeFdPassing }) => {
+    const fdp = nativeFdPassing(); const [a] = fdp.fdSocketPair(); fdp.fdWatchHangup(a, () => {}); globalThis.peer = a })`
+  t.doesNotThrow(() => execFileSync(process.execPath, ['-e', script], { timeout: 10_000 }), 'node exits on its own')
+})
+
+t.test('HolderFdStore.onGone() hears at once that the holder died, with or without a request of ours unread', async t => {
+  for (const unread of [false, true]) {
+    const [daemonEnd, holderEnd] = fdp.fdSocketPair()
+    const store = new HolderFdStore(daemonEnd)
+    if (unread) store.ready() // sent, its answer not waited for
+    const gone = within(new Promise(resolve => store.onGone(resolve)), 5_000)
+    closeSync(holderEnd)
+    t.match(await gone, { code: 'ERR_FD_STORE', message: unread ? /^the holder is gone \(its socket failed: ECONNRESET/ : /^the holder is gone \(its socket hung up\)$/ },
+      unread ? 'a ready not yet read' : 'nothing in flight')
+    closeSync(daemonEnd)
+  }
 })
 
 t.test('the protocol refuses what it does not know', async t => {

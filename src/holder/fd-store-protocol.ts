@@ -33,6 +33,14 @@ export const HOLDER_STANDBY_ENV = 'LAYERD_HOLDER_STANDBY'
  * takes over (src/host/thread-priority.ts).
  */
 export const HOLDER_SERVE_NICE_ENV = 'LAYERD_SERVE_NICE'
+/**
+ * Set (to '1') by the holder's C front (native/holder_front.c) for the layerd
+ * it starts before the Node holder has booted: that holder keeps no fd yet
+ * and runs no other layerd, so the answers to `list` (none) and `standby`
+ * (ok) are known, and layerd does not wait for a holder still booting
+ * beside it. The holder reads the requests it does send (put, ready) once up.
+ */
+export const HOLDER_FRESH_ENV = 'LAYERD_HOLDER_FRESH'
 export const HOLDER_PID_FILE = 'holder.pid'
 export const HOLDER_SOCKET = 'holder.sock'
 /** Largest message either side sends. */

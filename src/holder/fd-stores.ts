@@ -10,7 +10,7 @@
 import { closeSync } from 'node:fs'
 import { FdStoreError, describeError } from '../errors.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
-import { HOLDER_FD_ENV, MAX_MESSAGE_BYTES, decodeReply, encodeMessage, type HolderReply, type HolderRequest } from './fd-store-protocol.js'
+import { HOLDER_FD_ENV, HOLDER_FRESH_ENV, MAX_MESSAGE_BYTES, decodeReply, encodeMessage, type HolderReply, type HolderRequest } from './fd-store-protocol.js'
 
 export { FdStoreError }
 
@@ -30,8 +30,19 @@ export interface FdStore {
    * (for a warm standby: the holder is gone, so it must not serve).
    */
   standby: (untilTakeover?: boolean) => void
-  /** This daemon serves: the holder resets its restart backoff, systemd marks the unit started. Sync; throws FdStoreError. */
+  /**
+   * This daemon serves: the holder resets its restart backoff, systemd marks the unit started. Sync; does not
+   * wait for the holder's answer (it is read before the next call's), so a holder still booting does not hold
+   * the daemon up. Throws FdStoreError when the message cannot be sent.
+   */
   ready: () => void
+  /**
+   * Call `listener` once, on the event loop, when the store is gone for good
+   * (the holder died: its end of the socket closed), so that this daemon
+   * knows at once, not at its next call, that nothing keeps its connections.
+   * systemd's store never goes. Sync; throws FdStoreError when it cannot watch.
+   */
+  onGone: (listener: (why: FdStoreError) => void) => void
 }
 
 /** How long the holder may take to answer: it does nothing else, so this only bounds a stopped (SIGSTOP) holder. */
@@ -42,15 +53,22 @@ export class HolderFdStore implements FdStore {
   readonly kind = 'holder'
   readonly #sock: number
   readonly #native: NativeFdPassing
+  /** A holder still booting that keeps nothing (HOLDER_FRESH_ENV): `list` and `standby` are answered here, until the first `put`. */
+  #fresh: boolean
+  /** Answers still to read before the next call's: those to `ready`, sent without waiting. */
+  #unread = 0
 
-  constructor (sock: number) {
+  constructor (sock: number, fresh = false) {
     this.#native = nativeFdPassing()
     this.#sock = sock
+    this.#fresh = fresh
     this.#native.fdSetCloexec(sock) // sandboxes and tools this daemon starts must not reach the holder
   }
 
   list (): Map<string, number> {
+    if (this.#fresh) return new Map()
     this.#send({ op: 'list' }, [])
+    this.#readUnread()
     const out = new Map<string, number>()
     for (;;) {
       const { reply, fds } = this.#receive()
@@ -65,13 +83,40 @@ export class HolderFdStore implements FdStore {
     }
   }
 
-  put (name: string, fd: number): void { this.#call({ op: 'put', name }, [fd]) }
+  put (name: string, fd: number): void { this.#fresh = false; this.#call({ op: 'put', name }, [fd]) }
   drop (name: string): void { this.#call({ op: 'drop', name }, []) }
-  standby (untilTakeover = false): void { this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS) }
-  ready (): void { this.#call({ op: 'ready' }, []) }
+  standby (untilTakeover = false): void {
+    if (this.#fresh && !untilTakeover) return // no other layerd runs under a fresh holder: it would answer ok at once
+    this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS)
+  }
+  ready (): void { this.#send({ op: 'ready' }, []); this.#unread++ }
+  onGone (listener: (why: FdStoreError) => void): void {
+    try {
+      // The socket stays open for this process's life: nothing here closes it.
+      this.#native.fdWatchHangup(this.#sock, err => listener(err === null
+        ? new FdStoreError('the holder is gone (its socket hung up)')
+        : new FdStoreError(`the holder is gone (its socket failed: ${describeError(err)})`, { cause: err })))
+    } catch (err) {
+      throw new FdStoreError(`cannot watch the holder's socket: ${describeError(err)}`, { cause: err })
+    }
+  }
 
   #call (request: HolderRequest, fds: number[], timeoutMs = HOLDER_REPLY_TIMEOUT_MS): void {
     this.#send(request, fds)
+    this.#readUnread()
+    this.#expectOk(request, timeoutMs)
+  }
+
+  /** Read the answers to the `ready`s sent without waiting (they come before the next call's). */
+  #readUnread (): void {
+    while (this.#unread > 0) {
+      this.#unread--
+      this.#expectOk({ op: 'ready' }, HOLDER_REPLY_TIMEOUT_MS)
+    }
+  }
+
+  /** Read the answer to `request`: ok, or throw FdStoreError. */
+  #expectOk (request: HolderRequest, timeoutMs: number): void {
     const { reply, fds: extra } = this.#receive(timeoutMs)
     for (const fd of extra) closeSync(fd)
     if (reply.op === 'error') throw new FdStoreError(`the holder refused ${request.op}: ${reply.message}`)
@@ -142,6 +187,8 @@ export class SystemdFdStore implements FdStore {
   /** systemd starts one daemon at a time: nothing to say. */
   standby (): void {}
   ready (): void { this.#notify(`READY=1\nMAINPID=${process.pid}`, []) }
+  /** systemd outlives its services. */
+  onGone (): void {}
 
   #notify (message: string, fds: number[]): void {
     try {
@@ -162,8 +209,10 @@ export function fdStoreFromEnv (env: NodeJS.ProcessEnv = process.env): FdStore |
   if (holderFd !== undefined && holderFd !== '') {
     const fd = Number(holderFd)
     if (!Number.isSafeInteger(fd) || fd < 3) throw new FdStoreError(`${HOLDER_FD_ENV}=${JSON.stringify(holderFd)} is not a file descriptor ≥ 3`)
-    delete env[HOLDER_FD_ENV] // children (sandboxes, tools) never see it
-    return new HolderFdStore(fd)
+    const fresh = env[HOLDER_FRESH_ENV] === '1'
+    delete env[HOLDER_FD_ENV] // children (sandboxes, tools) never see them
+    delete env[HOLDER_FRESH_ENV]
+    return new HolderFdStore(fd, fresh)
   }
   const notify = env.NOTIFY_SOCKET
   if (notify !== undefined && notify !== '') return new SystemdFdStore(notify, env)

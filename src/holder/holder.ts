@@ -17,21 +17,24 @@
  *   - stops when layerd stops cleanly (exit 0: it unmounted everything) or
  *     refuses to start (usage, already running).
  * `<home>/holder.pid` names the holder; `<home>/layerd.pid` keeps naming layerd.
+ * Started by its C front (native/holder_front.c), it adopts the first layerd
+ * (`HolderOptions.adopt`): the front started it before this process booted.
  *
  * Its parts: layerd-child.ts starts a layerd, restart-policy.ts says when
  * to start the next, kept-fds.ts keeps the fds, holder-control-server.ts
  * answers holder.sock, holder-pid-file.ts guards the home; this class runs
  * the generations (serving, next, warm standby) and the fd-store socket.
  *
- * May import: src/errors.ts, src/exit-codes.ts, src/native.ts, this folder, node built-ins.
+ * May import: src/errors.ts, src/exit-codes.ts, src/native.ts, src/host/thread-priority.ts, this folder, node built-ins.
  */
-import type { ChildProcess } from 'node:child_process'
 import { closeSync, rmSync } from 'node:fs'
 import type { Server } from 'node:net'
 import { join } from 'node:path'
-import { HolderError, describeError } from '../errors.js'
+import { BadInputError, HolderError, describeError } from '../errors.js'
 import { HOLDER_EXIT, LAYERD_EXIT } from '../exit-codes.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
+import { setProcessNice } from '../host/thread-priority.js'
+import { AdoptedDaemon, type DaemonProcess } from './adopted-daemon.js'
 import { HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 import { listenHolderControl, type HolderStatus, type RestartResult } from './holder-control-server.js'
 import { releaseHolderPidFile, takeHolderPidFile } from './holder-pid-file.js'
@@ -62,10 +65,18 @@ export interface HolderOptions {
    * Costs one more idle layerd's memory (bench/failover.ts reports it). Default true.
    */
   warmStandby?: boolean
+  /**
+   * The first layerd, already started by the holder's C front
+   * (native/holder_front.c): its pid (a child of this process) and the
+   * holder's end of its socketpair. Undefined: the holder starts it.
+   */
+  adopt?: { pid: number, sock: number }
+  /** The nice value to go back to, on every thread, at start: the C front booted this process nicer than layerd. */
+  niceBack?: number
 }
 
 interface Generation {
-  child: ChildProcess
+  child: DaemonProcess
   sock: number
   startedAt: number
   readyAt?: number
@@ -77,6 +88,16 @@ interface Generation {
   go?: boolean
   /** The warm standby was ended on purpose (a planned restart, the holder stops). */
   dropped?: boolean
+}
+
+/** Watch the front's layerd (HolderOptions.adopt). Sync; throws BadInputError when `pid` is no child of this process, UnsupportedError when the addon cannot watch it. */
+function watchAdopted ({ pid, sock }: { pid: number, sock: number }): AdoptedDaemon {
+  try {
+    return new AdoptedDaemon(pid)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ECHILD') throw err
+    throw new BadInputError(`--adopt ${pid}:${sock}: process ${pid} is not a child of this holder`, { cause: err })
+  }
 }
 
 export class Holder {
@@ -111,11 +132,25 @@ export class Holder {
 
   /** Take the pid file, listen, start layerd. Async; throws HolderError (code 'ERR_HOLDER') when another holder runs. */
   async start (): Promise<void> {
-    takeHolderPidFile(this.#opts.home)
+    const adopt = this.#opts.adopt
+    if (this.#opts.niceBack !== undefined) {
+      // Before anything that starts a thread or a layerd: both inherit the calling thread's nice value.
+      try { setProcessNice(this.#opts.niceBack) } catch (err) { this.#opts.log(`holder: cannot go back to nice ${this.#opts.niceBack}: ${describeError(err)}`) }
+    }
+    const adopted = adopt === undefined ? undefined : watchAdopted(adopt)
     try {
-      this.#server = await listenHolderControl(this.#opts.home, { status: () => this.status(), restart: async entry => await this.restart(entry) })
-      this.#spawn()
+      takeHolderPidFile(this.#opts.home)
     } catch (err) {
+      adopted?.kill('SIGTERM') // it holds nothing yet: it waits for this holder
+      throw err
+    }
+    try {
+      // An adopted layerd may already wait for an answer on its socket: serve that first.
+      if (adopt !== undefined && adopted !== undefined) this.#adopt(adopt.sock, adopted)
+      this.#server = await listenHolderControl(this.#opts.home, { status: () => this.status(), restart: async entry => await this.restart(entry) })
+      if (adopt === undefined) this.#spawn()
+    } catch (err) {
+      this.#current?.child.kill('SIGTERM')
       releaseHolderPidFile(this.#opts.home)
       throw err
     }
@@ -176,6 +211,21 @@ export class Holder {
       else this.#finish(HOLDER_EXIT.OK)
     }
     return await this.finished
+  }
+
+  /** Take the front's layerd (`child`, its socket `sock`) as the current one (HolderOptions.adopt). Sync; throws BadInputError for a closed fd. */
+  #adopt (sock: number, child: AdoptedDaemon): void {
+    const pid = child.pid
+    const g: Generation = { child, sock, startedAt: 0 } // it started with this process (just before its exec into Node)
+    this.#current = g // from here, a failed start stops it
+    try {
+      this.#native.fdSetCloexec(sock) // the layerds this holder starts later must not inherit it
+    } catch (err) {
+      throw new BadInputError(`--adopt ${pid}:${sock}: fd ${sock} is not open: ${describeError(err)}`, { cause: err })
+    }
+    this.#opts.log(`holder ${process.pid}: adopted layerd ${pid} (${this.#entry}), started by the holder's front`)
+    child.on('exit', (code, signal) => this.#exited(g, code, signal))
+    this.#serveFdStore(g)
   }
 
   /** Start a layerd; `as`: it serves now, it is a planned restart's next one, or a warm standby. */
