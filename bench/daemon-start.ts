@@ -6,22 +6,26 @@
  * With `--old DIR` (another built checkout) both builds run, interleaved,
  * the order alternating per rep.
  *
- *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--no-holder] [--out DIR]
+ *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--no-holder] [--modules] [--out DIR]
  *
  * `--drop-caches` drops the page cache before each start (root), as
  * bench/cold-start.ts does before each of its reps: every module, addon and
  * the node binary are then read from disk. `--no-holder` starts layerd
- * alone (LAYERD_HOLDER=0's way). The warm standby is off (it would start
+ * alone (LAYERD_HOLDER=0's way). Each build runs its daemon entry as
+ * its launcher does: dist/layerd/layerd.cjs (the bundle with its code cache)
+ * where the build has one, else dist/layerd/main.js; `--modules` adds a
+ * side, interleaved, that runs this build's unbundled dist/layerd/main.js. The warm standby is off (it would start
  * 3 s later anyway). Each start is stopped (SIGTERM, waited for) before the
  * next.
  *
  * Bench-only: may import anything.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { createConnection, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { dropPageCaches, fmt, markdownTable, median, REPO_ROOT, REPORT_OPTIONS, runInterleaved, startLoadSampler, writeReport } from './bench-report.js'
 
@@ -30,6 +34,7 @@ const SPEC = {
   reps: { type: 'string', default: '8', value: 'N' },
   'drop-caches': { type: 'boolean' },
   'no-holder': { type: 'boolean' },
+  modules: { type: 'boolean' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('daemon-start', SPEC)
@@ -74,13 +79,18 @@ async function call (socket: Socket, id: number, method: string): Promise<void> 
   if (answer.error !== undefined) throw new Error(`${method}: ${answer.error.message}`)
 }
 
-/** One cold start of the build in `dist` at a fresh home. */
-async function coldStart (dist: string): Promise<Sample> {
+/** The daemon entry a build's launcher starts: the bundled start where the build has one (layerd/layerd.cts), else the modules' entry. */
+function daemonEntryOf (dist: string): string {
+  const bundled = join(dist, 'layerd/layerd.cjs')
+  return existsSync(bundled) ? bundled : join(dist, 'layerd/main.js')
+}
+
+/** One cold start of the daemon entry `main` at a fresh home. */
+async function coldStart (main: string): Promise<Sample> {
   const home = await mkdtemp(join(tmpdir(), 'layerd-bench-start-'))
   if (DROP) await dropPageCaches()
-  const main = join(dist, 'layerd/main.js')
   const args = HOLDER
-    ? ['--max-semi-space-size=1', join(dist, 'layerd/holder.js'), '--home', home, '--entry', main, '--']
+    ? ['--max-semi-space-size=1', join(dirname(main), 'holder.js'), '--home', home, '--entry', main, '--']
     : ['--max-semi-space-size=1', main, '--foreground', '--home', home]
   const t0 = performance.now()
   const child: ChildProcess = spawn(process.execPath, args, { stdio: 'ignore', env: { ...process.env, LAYERD_WARM_STANDBY: '0' } })
@@ -103,10 +113,13 @@ async function coldStart (dist: string): Promise<Sample> {
 
 async function main (): Promise<void> {
   const old = ARGS.optString('old')
-  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${HOLDER ? '' : ' --no-holder'}`
-  const sides = [{ name: 'this build', dist: join(REPO_ROOT, 'dist') }, ...(old === undefined ? [] : [{ name: `old (${old})`, dist: join(resolve(old), 'dist') }])]
+  const modules = ARGS.flag('modules')
+  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${HOLDER ? '' : ' --no-holder'}${modules ? ' --modules' : ''}`
+  const sides = [{ name: 'this build', main: daemonEntryOf(join(REPO_ROOT, 'dist')) },
+    ...(modules ? [{ name: 'this build, unbundled (main.js)', main: join(REPO_ROOT, 'dist/layerd/main.js') }] : []),
+    ...(old === undefined ? [] : [{ name: `old (${old})`, main: daemonEntryOf(join(resolve(old), 'dist')) }])]
   const load = startLoadSampler()
-  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.dist) })),
+  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.main) })),
     s => `accepts ${fmt(s.acceptMs, 0)} ms, ping ${fmt(s.pingMs, 0)} ms, serves ${fmt(s.servesMs, 0)} ms`, { rotate: true })
   const loadFigures = load.stop()
   const rows = sides.map(s => {

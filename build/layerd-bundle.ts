@@ -1,0 +1,135 @@
+/**
+ * The bundled start path of layerd, run by `npm run build` after tsc:
+ *
+ *   node dist/build/layerd-bundle.js [--no-train]
+ *
+ * 1. esbuild bundles the compiled entry dist/layerd/main.js and every module
+ *    of this tree it imports (statically or by a literal `import()`) into
+ *    one CommonJS file, dist/layerd/main.bundle.cjs, which
+ *    dist/layerd/layerd.cjs runs (layerd/layerd.cts). Packages stay
+ *    external (required from node_modules as before: the addons, and
+ *    bundling lmdb/msgpackr's JS too measured no faster, bench/README.md).
+ *    Each module's `import.meta.url` becomes its own file's URL in dist/, so
+ *    what it finds relative to itself (the native addon, worker files,
+ *    runner.js, the guest agent) is found as unbundled.
+ * 2. Trains the code cache: starts layerd from the bundle at a scratch
+ *    home, waits until it serves (`mounts` answered) and stops it; the
+ *    loader writes dist/layerd/main.bundle.v8cache at its exit with the
+ *    bytecode of what the start compiled. A training start that fails only
+ *    warns (the first real start then writes the cache).
+ *
+ * Exits 1, naming the problem, when the bundle cannot be made (an
+ * `import.meta` other than `.url`, a `require` esbuild cannot resolve).
+ *
+ * Tool (build-time only): may import anything, esbuild included.
+ */
+import { spawn } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync, unlinkSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, relative } from 'node:path'
+import { parseArgs } from 'node:util'
+import { fileURLToPath } from 'node:url'
+import { build, type Plugin } from 'esbuild'
+import { ControlClient } from '../src/daemon/control-client.js'
+import { socketPath } from '../src/daemon/control-protocol.js'
+import { DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
+
+const DIST = join(dirname(fileURLToPath(import.meta.url)), '..')
+export const LAYERD_SOURCE_ENTRY = join(DIST, 'layerd/main.js')
+export const LAYERD_BUNDLE = join(DIST, 'layerd/main.bundle.cjs')
+export const LAYERD_CODE_CACHE = join(DIST, 'layerd/main.bundle.v8cache')
+export const LAYERD_BUNDLED_ENTRY = join(DIST, 'layerd/layerd.cjs')
+const TRAIN_TIMEOUT_MS = 20_000
+const POLL_MS = 10
+
+/** esbuild plugin: `import.meta.url` in each module of dist/ becomes that module's own file URL, computed from the bundle's __dirname. */
+function ownImportMetaUrl (outfile: string): Plugin {
+  return {
+    name: 'own-import-meta-url',
+    setup (b) {
+      b.onLoad({ filter: /\.js$/ }, args => {
+        const text = readFileSync(args.path, 'utf8')
+        if (!text.includes('import.meta.url')) return undefined
+        const rel = JSON.stringify(relative(dirname(outfile), args.path))
+        return { contents: text.replaceAll('import.meta.url', `require("node:url").pathToFileURL(require("node:path").join(__dirname, ${rel})).href`), loader: 'js' }
+      })
+    }
+  }
+}
+
+/** Bundle dist/layerd/main.js into LAYERD_BUNDLE; returns the number of modules of this tree in it. Throws esbuild's errors. */
+export async function bundleLayerd (): Promise<{ modules: number, bytes: number }> {
+  const result = await build({
+    entryPoints: [LAYERD_SOURCE_ENTRY],
+    outfile: LAYERD_BUNDLE,
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node20',
+    packages: 'external',
+    // Error classes name themselves after their class (src/errors.ts): a renamed class would change `name`.
+    keepNames: true,
+    sourcemap: 'linked',
+    legalComments: 'none',
+    metafile: true,
+    logLevel: 'warning',
+    // A module that reads import.meta other than .url would get an empty object in CommonJS: refuse to build.
+    logOverride: { 'empty-import-meta': 'error', 'unsupported-dynamic-import': 'error', 'unsupported-require-call': 'error' },
+    plugins: [ownImportMetaUrl(LAYERD_BUNDLE)]
+  })
+  const output = result.metafile.outputs[relative(process.cwd(), LAYERD_BUNDLE)]
+  return { modules: Object.keys(result.metafile.inputs).length, bytes: output?.bytes ?? readFileSync(LAYERD_BUNDLE).length }
+}
+
+/** Start layerd from the bundle at a scratch home until it serves, then stop it: its exit writes the code cache. Throws on a failed start. */
+export async function trainCodeCache (): Promise<void> {
+  const home = mkdtempSync(join(tmpdir(), 'layerd-train-'))
+  const child = spawn(process.execPath, [...DAEMON_NODE_FLAGS, LAYERD_BUNDLED_ENTRY, '--foreground', '--home', home, '--no-restore'],
+    { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LAYERD_WARM_STANDBY: '0', LAYERD_HOLDER: '0' } })
+  let stderr = ''
+  child.stderr.on('data', (d: Buffer) => { stderr = (stderr + d.toString('utf8')).slice(-4000) })
+  const exited = new Promise<number | null>(resolve => child.once('exit', code => resolve(code)))
+  let done = false
+  void exited.then(() => { done = true })
+  try {
+    const deadline = Date.now() + TRAIN_TIMEOUT_MS
+    for (;;) {
+      if (done) throw new Error(`layerd exited while starting: ${stderr.trim()}`)
+      if (Date.now() > deadline) throw new Error(`layerd did not serve within ${TRAIN_TIMEOUT_MS} ms: ${stderr.trim()}`)
+      const client = await ControlClient.connect(socketPath(home)).catch(() => undefined)
+      if (client !== undefined) {
+        try { await client.call('mounts') } finally { client.close() }
+        break
+      }
+      await new Promise(resolve => setTimeout(resolve, POLL_MS))
+    }
+  } finally {
+    if (!done) child.kill('SIGTERM')
+    await exited
+    rmSync(home, { recursive: true, force: true })
+  }
+}
+
+async function main (): Promise<number> {
+  const { values } = parseArgs({ options: { 'no-train': { type: 'boolean' } } })
+  let made
+  try {
+    made = await bundleLayerd()
+  } catch (err) {
+    console.error(`layerd-bundle: cannot bundle ${LAYERD_SOURCE_ENTRY}: ${(err as Error).message}`)
+    return 1
+  }
+  // A cache made for the last bundle is stale now (the loader would see so by its digest); do not keep the bytes.
+  try { unlinkSync(LAYERD_CODE_CACHE) } catch {}
+  console.log(`layerd-bundle: ${relative(process.cwd(), LAYERD_BUNDLE)}: ${made.modules} modules, ${Math.round(made.bytes / 1024)} KiB`)
+  if (values['no-train'] === true) return 0
+  try {
+    await trainCodeCache()
+    console.log(`layerd-bundle: code cache ${relative(process.cwd(), LAYERD_CODE_CACHE)}: ${Math.round(readFileSync(LAYERD_CODE_CACHE).length / 1024)} KiB`)
+  } catch (err) {
+    console.warn(`layerd-bundle: warning: no code cache trained (the first start writes it): ${(err as Error).message}`)
+  }
+  return 0
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) process.exitCode = await main()
