@@ -13,9 +13,10 @@
  *    what it finds relative to itself (the native addon, worker files,
  *    runner.js, the guest agent) is found as unbundled.
  * 2. Trains the code cache: starts layerd from the bundle at a scratch
- *    home, waits until it serves (`mounts` answered) and stops it; the
- *    loader writes dist/layerd/main.bundle.v8cache at its exit with the
- *    bytecode of what the start compiled. A training start that fails only
+ *    home with the launcher's node flags, waits until it serves (`mounts`
+ *    answered) and stops it; the loader writes the cache for those flags
+ *    (dist/layerd/main.bundle.<key>.v8cache) at its exit, with the bytecode
+ *    of what the start compiled. A training start that fails only
  *    warns (the first real start then writes the cache).
  *
  * Exits 1, naming the problem, when the bundle cannot be made (an
@@ -24,7 +25,7 @@
  * Tool (build-time only): may import anything, esbuild included.
  */
 import { spawn } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, unlinkSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, relative } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -33,14 +34,20 @@ import { build, type Plugin } from 'esbuild'
 import { ControlClient } from '../src/daemon/control-client.js'
 import { socketPath } from '../src/daemon/control-protocol.js'
 import { DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
+import { CODE_CACHE_SUFFIX } from '../src/start/cached-script.cjs'
 
 const DIST = join(dirname(fileURLToPath(import.meta.url)), '..')
 export const LAYERD_SOURCE_ENTRY = join(DIST, 'layerd/main.js')
 export const LAYERD_BUNDLE = join(DIST, 'layerd/main.bundle.cjs')
-export const LAYERD_CODE_CACHE = join(DIST, 'layerd/main.bundle.v8cache')
 export const LAYERD_BUNDLED_ENTRY = join(DIST, 'layerd/layerd.cjs')
 const TRAIN_TIMEOUT_MS = 20_000
 const POLL_MS = 10
+
+/** The code cache files beside the bundle (one per set of node flags it was started with). */
+function codeCaches (): string[] {
+  const dir = dirname(LAYERD_BUNDLE)
+  return readdirSync(dir).filter(f => f.startsWith('main.bundle.') && f.endsWith(CODE_CACHE_SUFFIX)).map(f => join(dir, f))
+}
 
 /** esbuild plugin: `import.meta.url` in each module of dist/ becomes that module's own file URL, computed from the bundle's __dirname. */
 function ownImportMetaUrl (outfile: string): Plugin {
@@ -119,13 +126,13 @@ async function main (): Promise<number> {
     console.error(`layerd-bundle: cannot bundle ${LAYERD_SOURCE_ENTRY}: ${(err as Error).message}`)
     return 1
   }
-  // A cache made for the last bundle is stale now (the loader would see so by its digest); do not keep the bytes.
-  try { unlinkSync(LAYERD_CODE_CACHE) } catch {}
+  // The caches made for the last bundle are stale now (the loader would see so by its digest); do not keep the bytes.
+  for (const f of codeCaches()) unlinkSync(f)
   console.log(`layerd-bundle: ${relative(process.cwd(), LAYERD_BUNDLE)}: ${made.modules} modules, ${Math.round(made.bytes / 1024)} KiB`)
   if (values['no-train'] === true) return 0
   try {
     await trainCodeCache()
-    console.log(`layerd-bundle: code cache ${relative(process.cwd(), LAYERD_CODE_CACHE)}: ${Math.round(readFileSync(LAYERD_CODE_CACHE).length / 1024)} KiB`)
+    for (const f of codeCaches()) console.log(`layerd-bundle: code cache ${relative(process.cwd(), f)}: ${Math.round(readFileSync(f).length / 1024)} KiB`)
   } catch (err) {
     console.warn(`layerd-bundle: warning: no code cache trained (the first start writes it): ${(err as Error).message}`)
   }

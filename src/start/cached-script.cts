@@ -14,9 +14,13 @@
  * compiles without it). The write goes through a temporary file and a
  * rename, so concurrent starts never read half a cache.
  *
- * Flags set at run time (`v8.setFlagsFromString`) change V8's flag hash:
- * a cache written after one is refused at the next start, so code that
- * sets one sets it back (src/daemon/memory-settler.ts).
+ * V8 refuses a cache made under other flags, so each set of node flags
+ * (`process.execArgv`, NODE_OPTIONS) and node version has its own file
+ * (codeCachePath()): starts with other flags (a test's, a unit file's) never
+ * overwrite the launcher's. Flags set at run time (`v8.setFlagsFromString`)
+ * change V8's flag hash too: a cache written after one is refused at the
+ * next start, so code that sets one sets it back
+ * (src/daemon/memory-settler.ts).
  *
  * CommonJS (a .cts file) and importing only node built-ins: it runs before
  * anything else, and loading ESM first would cost the loader's start.
@@ -51,6 +55,18 @@ const RUN_RECORD = Symbol.for('layerd.cachedScriptRun')
 export function cachedScriptRun (): CachedScriptRun | undefined {
   return (globalThis as Record<symbol, CachedScriptRun | undefined>)[RUN_RECORD]
 }
+
+/**
+ * The code cache file of `file` for this process's node version and flags: `<file less .cjs>.<key>.v8cache`
+ * beside it, the key a digest of `process.version`, `process.execArgv` and NODE_OPTIONS. Sync.
+ */
+export function codeCachePath (file: string): string {
+  const key = createHash('sha256').update([process.version, ...process.execArgv, process.env.NODE_OPTIONS ?? ''].join('\0')).digest('hex').slice(0, 12)
+  return `${file.replace(/\.c?js$/, '')}.${key}${CODE_CACHE_SUFFIX}`
+}
+
+/** How every code cache file's name ends (the build removes them with the bundle they were made for). */
+export const CODE_CACHE_SUFFIX = '.v8cache'
 
 /** V8's cached data in `cache` if its header matches `digest`, else why not. Pure. */
 export function cachedDataFor (cache: Buffer | undefined, digest: Buffer): Buffer | 'missing' | 'stale' {
