@@ -1,12 +1,14 @@
 /**
- * The bundled start path of layerd, run by `npm run build` after tsc:
+ * The bundled start paths of layerd and layerctl, run by `npm run build` after tsc:
  *
  *   node dist/build/layerd-bundle.js [--no-train]
  *
  * 1. esbuild bundles the compiled entry dist/layerd/main.js and every module
  *    of this tree it imports (statically or by a literal `import()`) into
  *    one CommonJS file, dist/layerd/main.bundle.cjs, which
- *    dist/layerd/layerd.cjs runs (layerd/layerd.cts). Packages stay
+ *    dist/layerd/layerd.cjs runs (layerd/layerd.cts); and the same for
+ *    dist/cli/layerctl-main.js into dist/cli/layerctl.bundle.cjs, which
+ *    dist/cli/layerctl.js runs (cli/layerctl.ts). Packages stay
  *    external (required from node_modules as before: the addons, and
  *    bundling lmdb/msgpackr's JS too measured no faster, bench/README.md).
  *    Each module's `import.meta.url` becomes its own file's URL in dist/, so
@@ -16,8 +18,9 @@
  *    home with the launcher's node flags, waits until it serves (`mounts`
  *    answered) and stops it; the loader writes the cache for those flags
  *    (dist/layerd/main.bundle.<key>.v8cache) at its exit, with the bytecode
- *    of what the start compiled. A training start that fails only
- *    warns (the first real start then writes the cache).
+ *    of what the start compiled; while it serves, one `layerctl mounts` does
+ *    the same for layerctl's cache. A training run that fails only warns
+ *    (the first real start then writes the cache).
  *
  * Exits 1, naming the problem, when the bundle cannot be made (an
  * `import.meta` other than `.url`, a `require` esbuild cannot resolve).
@@ -27,7 +30,7 @@
 import { spawn } from 'node:child_process'
 import { mkdtempSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { dirname, join, relative } from 'node:path'
+import { basename, dirname, join, relative } from 'node:path'
 import { parseArgs } from 'node:util'
 import { fileURLToPath } from 'node:url'
 import { build, type Plugin } from 'esbuild'
@@ -40,13 +43,21 @@ const DIST = join(dirname(fileURLToPath(import.meta.url)), '..')
 export const LAYERD_SOURCE_ENTRY = join(DIST, 'layerd/main.js')
 export const LAYERD_BUNDLE = join(DIST, 'layerd/main.bundle.cjs')
 export const LAYERD_BUNDLED_ENTRY = join(DIST, 'layerd/layerd.cjs')
+export const LAYERCTL_SOURCE_ENTRY = join(DIST, 'cli/layerctl-main.js')
+export const LAYERCTL_BUNDLE = join(DIST, 'cli/layerctl.bundle.cjs')
+export const LAYERCTL_BUNDLED_ENTRY = join(DIST, 'cli/layerctl.js')
+/** The bundles: each entry of dist/ and its one file. */
+const BUNDLES = [{ entry: LAYERD_SOURCE_ENTRY, outfile: LAYERD_BUNDLE }, { entry: LAYERCTL_SOURCE_ENTRY, outfile: LAYERCTL_BUNDLE }]
 const TRAIN_TIMEOUT_MS = 20_000
 const POLL_MS = 10
 
-/** The code cache files beside the bundle (one per set of node flags it was started with). */
+/** The code cache files beside the bundles (one per bundle and set of node flags it was started with). */
 function codeCaches (): string[] {
-  const dir = dirname(LAYERD_BUNDLE)
-  return readdirSync(dir).filter(f => f.startsWith('main.bundle.') && f.endsWith(CODE_CACHE_SUFFIX)).map(f => join(dir, f))
+  return BUNDLES.flatMap(({ outfile }) => {
+    const dir = dirname(outfile)
+    const stem = basename(outfile).replace(/\.cjs$/, '.')
+    return readdirSync(dir).filter(f => f.startsWith(stem) && f.endsWith(CODE_CACHE_SUFFIX)).map(f => join(dir, f))
+  })
 }
 
 /** esbuild plugin: `import.meta.url` in each module of dist/ becomes that module's own file URL, computed from the bundle's __dirname. */
@@ -64,11 +75,11 @@ function ownImportMetaUrl (outfile: string): Plugin {
   }
 }
 
-/** Bundle dist/layerd/main.js into LAYERD_BUNDLE; returns the number of modules of this tree in it. Throws esbuild's errors. */
-export async function bundleLayerd (): Promise<{ modules: number, bytes: number }> {
+/** Bundle the compiled `entry` into the one CommonJS file `outfile`; returns the number of modules of this tree in it. Throws esbuild's errors. */
+export async function bundleEntry (entry: string, outfile: string): Promise<{ modules: number, bytes: number }> {
   const result = await build({
-    entryPoints: [LAYERD_SOURCE_ENTRY],
-    outfile: LAYERD_BUNDLE,
+    entryPoints: [entry],
+    outfile,
     bundle: true,
     platform: 'node',
     format: 'cjs',
@@ -82,10 +93,10 @@ export async function bundleLayerd (): Promise<{ modules: number, bytes: number 
     logLevel: 'warning',
     // A module that reads import.meta other than .url would get an empty object in CommonJS: refuse to build.
     logOverride: { 'empty-import-meta': 'error', 'unsupported-dynamic-import': 'error', 'unsupported-require-call': 'error' },
-    plugins: [ownImportMetaUrl(LAYERD_BUNDLE)]
+    plugins: [ownImportMetaUrl(outfile)]
   })
-  const output = result.metafile.outputs[relative(process.cwd(), LAYERD_BUNDLE)]
-  return { modules: Object.keys(result.metafile.inputs).length, bytes: output?.bytes ?? readFileSync(LAYERD_BUNDLE).length }
+  const output = result.metafile.outputs[relative(process.cwd(), outfile)]
+  return { modules: Object.keys(result.metafile.inputs).length, bytes: output?.bytes ?? readFileSync(outfile).length }
 }
 
 /** Start layerd from the bundle at a scratch home until it serves, then stop it: its exit writes the code cache. Throws on a failed start. */
@@ -106,6 +117,7 @@ export async function trainCodeCache (): Promise<void> {
       const client = await ControlClient.connect(socketPath(home)).catch(() => undefined)
       if (client !== undefined) {
         try { await client.call('mounts') } finally { client.close() }
+        await trainLayerctl(home)
         break
       }
       await new Promise(resolve => setTimeout(resolve, POLL_MS))
@@ -117,18 +129,28 @@ export async function trainCodeCache (): Promise<void> {
   }
 }
 
+/** One `layerctl mounts` against the daemon serving `home`: its exit writes layerctl's code cache. Throws on a failed run. */
+async function trainLayerctl (home: string): Promise<void> {
+  const child = spawn(process.execPath, [LAYERCTL_BUNDLED_ENTRY, 'mounts'], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LAYERD_HOME: home } })
+  let stderr = ''
+  child.stderr.on('data', (d: Buffer) => { stderr = (stderr + d.toString('utf8')).slice(-4000) })
+  const code = await new Promise<number | null>(resolve => child.once('exit', resolve))
+  if (code !== 0) throw new Error(`layerctl mounts exited with ${code}: ${stderr.trim()}`)
+}
+
 async function main (): Promise<number> {
   const { values } = parseArgs({ options: { 'no-train': { type: 'boolean' } } })
-  let made
-  try {
-    made = await bundleLayerd()
-  } catch (err) {
-    console.error(`layerd-bundle: cannot bundle ${LAYERD_SOURCE_ENTRY}: ${(err as Error).message}`)
-    return 1
+  for (const { entry, outfile } of BUNDLES) {
+    try {
+      const made = await bundleEntry(entry, outfile)
+      console.log(`layerd-bundle: ${relative(process.cwd(), outfile)}: ${made.modules} modules, ${Math.round(made.bytes / 1024)} KiB`)
+    } catch (err) {
+      console.error(`layerd-bundle: cannot bundle ${entry}: ${(err as Error).message}`)
+      return 1
+    }
   }
-  // The caches made for the last bundle are stale now (the loader would see so by its digest); do not keep the bytes.
+  // The caches made for the last bundles are stale now (the loader would see so by its digest); do not keep the bytes.
   for (const f of codeCaches()) unlinkSync(f)
-  console.log(`layerd-bundle: ${relative(process.cwd(), LAYERD_BUNDLE)}: ${made.modules} modules, ${Math.round(made.bytes / 1024)} KiB`)
   if (values['no-train'] === true) return 0
   try {
     await trainCodeCache()
