@@ -85,6 +85,9 @@ export async function bundleEntry (entry: string, outfile: string): Promise<{ mo
     format: 'cjs',
     target: 'node20',
     packages: 'external',
+    // import() of a package becomes a require: a function compiled from V8's code cache has no dynamic import
+    // callback in Node 20 ("A dynamic import callback was not specified"), and every package used has a CommonJS build.
+    supported: { 'dynamic-import': false },
     // Error classes name themselves after their class (src/errors.ts): a renamed class would change `name`.
     keepNames: true,
     sourcemap: 'linked',

@@ -108,7 +108,8 @@ export function runCachedScript (file: string, cacheFile: string): CachedScriptR
   const script = new Script(Module.wrap(source), {
     filename: file,
     ...(typeof found === 'string' ? {} : { cachedData: found }),
-    // import() of a package the bundle leaves external (the AWS SDK's ESM parts) goes to Node's own loader.
+    // An import() in the file goes to Node's own loader. Node 20 loses this for functions compiled from the cache
+    // ("A dynamic import callback was not specified"), so the bundles have none (build/layerd-bundle.ts).
     importModuleDynamically: vmConstants.USE_MAIN_CONTEXT_DEFAULT_LOADER
   })
   const codeCache: CodeCacheOutcome = typeof found === 'string' ? found : script.cachedDataRejected === true ? 'rejected' : 'accepted'
