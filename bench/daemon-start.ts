@@ -7,13 +7,18 @@
  * With `--old DIR` (another built checkout) both builds run, interleaved,
  * the order alternating per rep.
  *
- *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--starts front,node,alone] [--no-holder | --node-holder] [--out DIR]
+ *   node dist/bench/daemon-start.js [--old DIR] [--reps N] [--drop-caches] [--starts front,node,alone] [--no-holder | --node-holder] [--modules] [--out DIR]
  *
  * `--starts`: the ways to start, each a row, interleaved (default `front`):
  * `front` as layerctl starts it; `node` the Node holder directly, without
  * its C front (the start before the front); `alone` layerd without a holder
  * (LAYERD_HOLDER=0's way). `--no-holder` and `--node-holder` are
  * `--starts alone` and `--starts node`.
+ *
+ * Each build runs its daemon entry as its launcher does: dist/layerd/layerd.cjs
+ * (the bundle with its code cache) where the build has one, else
+ * dist/layerd/main.js; `--modules` adds, for this build, the same rows
+ * running the unbundled dist/layerd/main.js, interleaved.
  *
  * `--drop-caches` drops the page cache before each start (root), as
  * bench/cold-start.ts does before each of its reps: every module, addon and
@@ -24,6 +29,7 @@
  * Bench-only: may import anything.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { createConnection, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -39,6 +45,7 @@ const SPEC = {
   'no-holder': { type: 'boolean' },
   'node-holder': { type: 'boolean' },
   starts: { type: 'string', value: 'LIST' },
+  modules: { type: 'boolean' },
   ...REPORT_OPTIONS
 } satisfies BenchOptions
 const ARGS = benchArgs('daemon-start', SPEC)
@@ -96,11 +103,16 @@ async function call (socket: Socket, id: number, method: string): Promise<void> 
   if (answer.error !== undefined) throw new Error(`${method}: ${answer.error.message}`)
 }
 
-/** One cold start, the way `way`, of the build in `dist` (of the checkout `root`) at a fresh home. */
-async function coldStart (root: string, dist: string, way: StartWay): Promise<Sample> {
+/** The daemon entry a build's launcher starts: the bundled start where the build has one (layerd/layerd.cts), else the modules' entry. */
+function daemonEntryOf (dist: string): string {
+  const bundled = join(dist, 'layerd/layerd.cjs')
+  return existsSync(bundled) ? bundled : join(dist, 'layerd/main.js')
+}
+
+/** One cold start, the way `way`, of the daemon entry `main` of the build in `dist` (of the checkout `root`) at a fresh home. */
+async function coldStart (root: string, dist: string, main: string, way: StartWay): Promise<Sample> {
   const home = await mkdtemp(join(tmpdir(), 'layerd-bench-start-'))
   if (DROP) await dropPageCaches()
-  const main = join(dist, 'layerd/main.js')
   const { file, args } = way !== 'alone'
     ? holderCommand(home, [], { front: way === 'front', daemonEntry: main, holderEntry: join(dist, 'layerd/holder.js'), holderFront: join(root, 'native/build/Release/layerd-holder') })
     : { file: process.execPath, args: ['--max-semi-space-size=1', main, '--foreground', '--home', home] }
@@ -143,11 +155,15 @@ async function stopLeftDaemon (home: string): Promise<void> {
 
 async function main (): Promise<void> {
   const old = ARGS.optString('old')
-  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${STARTS.join() === 'front' ? '' : ` --starts ${STARTS.join()}`}`
-  const builds = [{ name: 'this build', root: REPO_ROOT }, ...(old === undefined ? [] : [{ name: `old (${old})`, root: resolve(old) }])]
-  const sides = builds.flatMap(b => STARTS.map(way => ({ name: STARTS.length === 1 ? b.name : `${b.name}, ${way}`, root: b.root, way })))
+  const modules = ARGS.flag('modules')
+  const command = `node dist/bench/daemon-start.js${old === undefined ? '' : ` --old ${old}`} --reps ${REPS}${DROP ? ' --drop-caches' : ''}${STARTS.join() === 'front' ? '' : ` --starts ${STARTS.join()}`}${modules ? ' --modules' : ''}`
+  const entry = (root: string): string => daemonEntryOf(join(root, 'dist'))
+  const builds = [{ name: 'this build', root: REPO_ROOT, main: entry(REPO_ROOT) },
+    ...(modules ? [{ name: 'this build, unbundled (main.js)', root: REPO_ROOT, main: join(REPO_ROOT, 'dist/layerd/main.js') }] : []),
+    ...(old === undefined ? [] : [{ name: `old (${old})`, root: resolve(old), main: entry(resolve(old)) }])]
+  const sides = builds.flatMap(b => STARTS.map(way => ({ name: STARTS.length === 1 ? b.name : `${b.name}, ${way}`, root: b.root, main: b.main, way })))
   const load = startLoadSampler()
-  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.root, join(s.root, 'dist'), s.way) })),
+  const samples = await runInterleaved(REPS, sides.map(s => ({ name: s.name, run: async () => await coldStart(s.root, join(s.root, 'dist'), s.main, s.way) })),
     s => `accepts ${fmt(s.acceptMs, 0)} ms, ping ${fmt(s.pingMs, 0)} ms, serves ${fmt(s.servesMs, 0)} ms`, { rotate: true })
   const loadFigures = load.stop()
   const rows = sides.map(s => {

@@ -52,7 +52,7 @@ async function main (): Promise<number> {
   const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
   const holder = new Holder({
     home,
-    daemonEntry: entry ?? fileURLToPath(new URL('./main.js', import.meta.url)),
+    daemonEntry: entry ?? fileURLToPath(new URL('./layerd.cjs', import.meta.url)),
     daemonArgs: parsed.positionals,
     warmStandby: resolveSettings({ home }).warmStandby,
     ...(adopted === undefined ? {} : { adopt: { pid: Number(adopted[1]), sock: Number(adopted[2]) } }),

@@ -32,6 +32,8 @@ import { nativeMemory } from '../src/native.js'
 import { HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV } from '../src/holder/fd-store-protocol.js'
 import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
 import type { FuseBackend } from '../src/fs/fuse-binding.js'
+import { cachedScriptRun } from '../src/start/cached-script.cjs'
+import type { DaemonCode } from '../src/daemon/control-protocol.js'
 
 // The rest (the mounts, containerd's snapshotter, the run socket) is imported where it is
 // first used, after the control socket listens: what is loaded before it is what makes a start slow (src/daemon/README.md).
@@ -120,6 +122,9 @@ async function main (): Promise<number> {
     nativeMemory().mallocMmapThreshold(MALLOC_MMAP_THRESHOLD_BYTES)
   } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
+  const script = cachedScriptRun()
+  const code: DaemonCode = script === undefined ? { bundle: false } : { bundle: true, codeCache: script.codeCache }
+  log(script === undefined ? 'code: the unbundled modules (dist/layerd/main.js)' : `code: ${script.file}, code cache ${script.codeCache}, compiled in ${Math.round(script.compileMs)} ms`)
   const daemon = new LayerdDaemon({
     home,
     cacheBytes,
@@ -129,6 +134,7 @@ async function main (): Promise<number> {
     ...(serveNice === undefined || !Number.isInteger(serveNice) ? {} : { serveNice }),
     mounts: { stacks: settings.stacks, topLayerPrefetch: settings.topLayerPrefetch, ...(fuseBackend === undefined ? {} : { fuseBackend }) },
     log,
+    code,
     ...(metricsAddr === undefined ? {} : { metricsAddr }),
     sandboxStates: db => new SandboxRegistry(db).list().map(r => ({ tier: r.tier, state: SandboxRegistry.status(r) })),
     // `layerctl run` for the C front (native/layerctl.c), done by a runner process this daemon starts on first use (src/cli/run-server.ts).
@@ -170,6 +176,9 @@ async function main (): Promise<number> {
   return LAYERD_EXIT.OK
 }
 
-const code = await main()
-// Exit explicitly: a stopped daemon must not linger on a stray handle.
-process.exit(code)
+// Exit explicitly: a stopped daemon must not linger on a stray handle. No top-level await: the start path runs
+// this module bundled as CommonJS (build/layerd-bundle.ts), which has none.
+main().then(code => process.exit(code), (err: unknown) => {
+  console.error(`layerd: fatal: ${(err as Error)?.stack ?? String(err)}`)
+  process.exit(LAYERD_EXIT.FATAL)
+})

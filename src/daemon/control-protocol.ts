@@ -127,7 +127,11 @@ export interface PingResult {
   startedAt: string
   /** Who keeps the daemon's FUSE connections across its restarts: 'holder', 'systemd', or null (they die with it). */
   connectionsKeptBy: 'holder' | 'systemd' | null
+  /** What the process runs: the one-file bundle (layerd/layerd.cts) with what became of its code cache, or the unbundled modules (dist/layerd/main.js). */
+  code?: DaemonCode
 }
+/** How the daemon's code was loaded (src/start/cached-script.cts). */
+export interface DaemonCode { bundle: boolean, codeCache?: 'accepted' | 'missing' | 'stale' | 'rejected' }
 /** Node-wide counters (`stats` without a mountpoint). */
 export interface NodeStats {
   cache: CacheCounters

@@ -28,8 +28,13 @@ import { readDaemonPid, socketPath } from './control-protocol.js'
 export const DAEMON_START_TIMEOUT_MS = 15_000
 const POLL_MS = 10
 
-/** The compiled daemon entry (dist/layerd/main.js), found relative to this module (dist/src/daemon/). */
-export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))
+/**
+ * The daemon's entry as started (dist/layerd/layerd.cjs, found relative to this module in dist/src/daemon/): it runs
+ * the one-file bundle of layerd/main.ts with its code cache (layerd/layerd.cts; `npm run build` makes both).
+ */
+export const DAEMON_ENTRY = fileURLToPath(new URL('../../layerd/layerd.cjs', import.meta.url))
+/** The same daemon from the unbundled modules (dist/layerd/main.js): what the bundle is made from. */
+export const DAEMON_MODULES_ENTRY = fileURLToPath(new URL('../../layerd/main.js', import.meta.url))
 /** The compiled holder entry (dist/layerd/holder.js). */
 export const HOLDER_ENTRY = fileURLToPath(new URL('../../layerd/holder.js', import.meta.url))
 /**

@@ -27,7 +27,7 @@ import { ControlServer } from './control-server.js'
 import { AlreadyRunningError, HomeLock } from './home-lock.js'
 import { expectedRejectionCount, unhandledRejectionCount } from './process-guards.js'
 import {
-  BadRequestError, socketPath, type ControlHandlers, type ControlMethod, type ControlParams, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
+  BadRequestError, socketPath, type ControlHandlers, type ControlMethod, type ControlParams, type DaemonCode, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
 } from './control-protocol.js'
 import type { MountManager, MountOptions } from './mount-manager.js'
 import type { BlockViews } from './block-views.js'
@@ -87,6 +87,8 @@ export interface DaemonConfig {
    */
   preload?: Array<() => Promise<void>>
   /** `HOST:PORT` to serve Prometheus metrics on (src/metrics/); off when undefined. */
+  /** How this process's code was loaded, reported by `ping` (layerd/main.ts). */
+  code?: DaemonCode
   metricsAddr?: string
   /** Sandboxes on the node by tier and state, for `layerd_sandboxes` (layerd/main.ts passes src/runtime's registry). */
   sandboxStates?: (db: NodeDb) => Array<{ tier: string, state: string }>
@@ -303,7 +305,7 @@ export class LayerdDaemon {
   #handlers (): ControlHandlers {
     const serving = async (): Promise<ServingParts> => { await this.#serving; return this.#parts! }
     const handlers: ControlHandlers = {
-      ping: async () => { await serving(); return { pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy } },
+      ping: async () => { await serving(); return { pid: process.pid, home: this.config.home, startedAt: this.startedAt.toISOString(), connectionsKeptBy: this.keptBy, ...(this.config.code === undefined ? {} : { code: this.config.code }) } },
       mount: async p => await (await serving()).mounts.mount(p),
       umount: async p => { await (await serving()).mounts.unmount(p.mountpoint); return {} },
       mounts: async () => (await serving()).mounts.list(),

@@ -63,10 +63,14 @@ const DEFAULT_CHECK_MS = 500
 /** V8 frees dead ArrayBuffers' memory on a background thread after a GC: trim once that is done. */
 const TRIM_DELAY_MS = 200
 
-/** V8's gc(), exposed at run time (the daemon is not started with --expose-gc). */
+/**
+ * V8's gc(), exposed at run time (the daemon is not started with --expose-gc). The flag is set back at
+ * once: a flag changed at run time changes V8's flag hash, and a code cache written after it would be
+ * refused at the next start (src/start/cached-script.cts).
+ */
 function exposeGc (): () => void {
   setFlagsFromString('--expose-gc')
-  return runInNewContext('gc') as () => void
+  try { return runInNewContext('gc') as () => void } finally { setFlagsFromString('--no-expose-gc') }
 }
 
 /** /proc/self/statm's resident pages, in bytes (cheap: no smaps walk). */

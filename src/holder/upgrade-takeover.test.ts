@@ -49,7 +49,7 @@ async function copyOfBuild (to: string): Promise<string> {
   await cp(join(REPO, 'native', 'build', 'Release'), join(to, 'native', 'build', 'Release'), { recursive: true })
   await cp(join(REPO, 'package.json'), join(to, 'package.json'))
   await symlink(join(REPO, 'node_modules'), join(to, 'node_modules'))
-  return join(to, 'dist', 'layerd', 'main.js')
+  return join(to, 'dist', 'layerd', 'layerd.cjs')
 }
 
 t.test('layerctl daemon restart 10 times between two copies of the build mid-read: zero read errors, zero wrong bytes', async t => {
@@ -66,7 +66,7 @@ t.test('layerctl daemon restart 10 times between two copies of the build mid-rea
   })
   assertNothingNoticed(t, r, RESTARTS)
   const cmdline = (await readFile(`/proc/${r.pids.at(-1)}/cmdline`, 'utf8')).split('\0')
-  t.equal(cmdline.find(arg => arg.endsWith('main.js')), entries.at(-1), 'the last daemon runs the build it was restarted from (node flags come first)')
+  t.equal(cmdline.find(arg => arg.endsWith('layerd.cjs')), entries.at(-1), 'the last daemon runs the build it was restarted from (node flags come first)')
   const log = await readFile(join(r.node.home, 'layerd.log'), 'utf8')
   t.equal(log.match(/exited with code 6 \(handover\)/g)?.length, RESTARTS, 'each old layerd handed over (exit 6)')
   t.equal(log.match(/was killed by|fatal/g), null, 'no layerd crashed')
