@@ -12,7 +12,7 @@
  * Bench-only: may import anything.
  */
 import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -225,4 +225,10 @@ export async function writeReport (r: BenchReport, outDir: string = RESULTS_DIR)
   await writeFile(join(dir, `${r.name}.json`), JSON.stringify({ name: r.name, command: r.command, date: when, load: r.load, ...r.data }, null, 2) + '\n')
   await writeFile(join(dir, `${r.name}.md`), md)
   process.stdout.write(`wrote ${join(dir, `${r.name}.json`)} and ${r.name}.md\n`)
+}
+
+/** The daemon entry a build's launcher starts, in its `dist`: the bundled start where the build has one (layerd/layerd.cjs), else the modules' entry (layerd/main.js). */
+export function daemonEntryOf (dist: string): string {
+  const bundled = join(dist, 'layerd/layerd.cjs')
+  return existsSync(bundled) ? bundled : join(dist, 'layerd/main.js')
 }

@@ -34,7 +34,7 @@ import { existsSync } from 'node:fs'
 import { ControlClient } from '../src/daemon/control-client.js'
 import { socketPath } from '../src/daemon/control-protocol.js'
 import { DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
-import { fmt, REPORT_OPTIONS, markdownTable, MB, median, REPO_ROOT, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
+import { daemonEntryOf, fmt, REPORT_OPTIONS, markdownTable, MB, median, REPO_ROOT, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 
 const SPEC = {
@@ -125,7 +125,7 @@ async function ok (node: Node, ...args: string[]): Promise<string> {
 }
 
 async function startDaemon (node: Node): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [...node.build.nodeFlags, join(node.build.root, 'dist/layerd/main.js'), '--foreground', '--home', node.home], { env: node.env, stdio: ['ignore', 'ignore', 'pipe'] })
+  const child = spawn(process.execPath, [...node.build.nodeFlags, daemonEntryOf(join(node.build.root, 'dist')), '--foreground', '--home', node.home], { env: node.env, stdio: ['ignore', 'ignore', 'pipe'] })
   let log = ''
   child.stderr!.on('data', (c: Buffer) => { log += c.toString() })
   const deadline = Date.now() + 20_000

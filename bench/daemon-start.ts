@@ -29,14 +29,13 @@
  * Bench-only: may import anything.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { existsSync } from 'node:fs'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { createConnection, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { holderCommand } from '../src/daemon/daemon-launcher.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
-import { dropPageCaches, fmt, markdownTable, median, REPO_ROOT, REPORT_OPTIONS, runInterleaved, startLoadSampler, writeReport } from './bench-report.js'
+import { daemonEntryOf, dropPageCaches, fmt, markdownTable, median, REPO_ROOT, REPORT_OPTIONS, runInterleaved, startLoadSampler, writeReport } from './bench-report.js'
 
 const SPEC = {
   old: { type: 'string', value: 'DIR' },
@@ -101,12 +100,6 @@ async function call (socket: Socket, id: number, method: string): Promise<void> 
   })
   const answer = JSON.parse(line) as { error?: { message: string } }
   if (answer.error !== undefined) throw new Error(`${method}: ${answer.error.message}`)
-}
-
-/** The daemon entry a build's launcher starts: the bundled start where the build has one (layerd/layerd.cts), else the modules' entry. */
-function daemonEntryOf (dist: string): string {
-  const bundled = join(dist, 'layerd/layerd.cjs')
-  return existsSync(bundled) ? bundled : join(dist, 'layerd/main.js')
 }
 
 /** One cold start, the way `way`, of the daemon entry `main` of the build in `dist` (of the checkout `root`) at a fresh home. */

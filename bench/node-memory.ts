@@ -43,8 +43,8 @@ import { nativeMemory } from '../src/native.js'
 import { createSandbox } from '../src/sandbox/create-sandbox.js'
 import { ControlClient } from '../src/daemon/control-client.js'
 import { socketPath, type DaemonMemoryResult } from '../src/daemon/control-protocol.js'
-import { DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
-import { fmt, markdownTable, MB, REPORT_OPTIONS, REPO_ROOT, shq, startLoadSampler, writeReport } from './bench-report.js'
+import { DAEMON_ENTRY, DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
+import { fmt, markdownTable, MB, REPORT_OPTIONS, shq, startLoadSampler, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 
 const SPEC = {
@@ -165,7 +165,7 @@ async function dropPageCache (dir: string): Promise<void> {
 }
 
 async function startDaemon (home: string, cgroupDir: string, env: NodeJS.ProcessEnv, side: Side): Promise<ChildProcess> {
-  const daemon = [process.execPath, ...DAEMON_NODE_FLAGS, join(REPO_ROOT, 'dist/layerd/main.js'), '--foreground', '--home', home, '--memory-target', side === 'on' ? TARGET : 'off']
+  const daemon = [process.execPath, ...DAEMON_NODE_FLAGS, DAEMON_ENTRY, '--foreground', '--home', home, '--memory-target', side === 'on' ? TARGET : 'off']
   // The daemon joins the side's cgroup before it execs, so all it charges (its heap, lmdb's pages, the store's) counts.
   const child = spawn('/bin/sh', ['-c', `echo $$ > ${shq(join(cgroupDir, 'cgroup.procs'))} && exec ${daemon.map(shq).join(' ')}`], { env, stdio: ['ignore', 'ignore', 'pipe'] })
   return await awaitDaemonReady(child, home, 30_000)
