@@ -73,7 +73,7 @@ export interface MemoryReclaimerOptions {
   overTargetChanged?: (over: boolean) => void
   /** One full GC and a malloc_trim (MemorySettler.collect). */
   collect?: () => void
-  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 4 MiB (8 MiB left layerd ~14 MB above its floor at the node's peak in a 4 s cold wave: bench/README.md, "Session 24"). */
+  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 2 MiB (8 MiB left layerd ~14 MB above its floor at the node's peak in a 4 s cold wave, bench/README.md "Session 24"; 2 against 4 MiB, with the 250 ms page drop: node peak −40.0% against −37.7% in the same turns, session 27). */
   collectGrowthBytes?: number
   /** How often anonymous memory growth is looked at while over the target. Default 50 ms. */
   collectCheckMs?: number
@@ -105,7 +105,7 @@ export const DEFAULT_RECLAIM_COLD_MS = 30_000
 const DEFAULT_SETTLE_EVERY_MS = 2000
 const DEFAULT_INTERVAL_MS = 250
 const DEFAULT_PSI_THRESHOLD = 1
-const DEFAULT_COLLECT_GROWTH_BYTES = 4 * 1024 * 1024
+const DEFAULT_COLLECT_GROWTH_BYTES = 2 * 1024 * 1024
 const DEFAULT_COLLECT_CHECK_MS = 50
 const DEFAULT_BURST_MIN_READS = 256
 const DEFAULT_BURST_QUIET_MS = 250

@@ -40,7 +40,7 @@ import type { PageCopyStats } from './control-protocol.js'
 const openAsync = promisify(open)
 const fdatasyncAsync = promisify(fdatasync)
 const closeAsync = promisify(close)
-const DEFAULT_DROP_DELAY_MS = 500
+const DEFAULT_DROP_DELAY_MS = 250
 /** The page size the drops round to (x86-64, arm64 with 4 KiB pages). */
 const PAGE = 4096
 
