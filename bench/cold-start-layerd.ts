@@ -10,7 +10,7 @@
 import { mkdir, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { layerdNode } from '../fixtures/layerd-harness.js'
-import { connectDaemon } from '../src/daemon/daemon-launcher.js'
+import { connectDaemon } from '../src/daemon/client/daemon-launcher.js'
 import { dropPageCaches, LAYERCTL_JS, shq, timeShell } from './bench-report.js'
 
 export interface ColdSample {

@@ -31,9 +31,9 @@ import { ensureDebianImages } from '../fixtures/debian-images.js'
 import { buildLayerTar, dir, file } from '../fixtures/layer-dsl.js'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { ControlClient } from '../src/daemon/control-client.js'
-import { socketPath } from '../src/daemon/control-protocol.js'
-import { DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
+import { ControlClient } from '../src/daemon/client/control-client.js'
+import { socketPath } from '../src/daemon/client/control-protocol.js'
+import { DAEMON_NODE_FLAGS } from '../src/daemon/client/daemon-launcher.js'
 import { daemonEntryOf, fmt, REPORT_OPTIONS, markdownTable, MB, median, REPO_ROOT, shq, startLoadSampler, timeShell, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 
@@ -49,7 +49,7 @@ const ARGS = benchArgs('daemon-memory', SPEC)
 const IMAGES = ARGS.number('images', { min: 1 })
 const REPS = ARGS.number('reps', { min: 1 })
 const WORKLOAD = `/usr/bin/python3 -c 'import json, sqlite3, ssl'`
-/** Readings are taken this long after a step: the daemon gives a burst's memory back after 1.5 s of quiet (src/daemon/memory-settler.ts). */
+/** Readings are taken this long after a step: the daemon gives a burst's memory back after 1.5 s of quiet (src/daemon/memory/memory-settler.ts). */
 const SETTLE_MS = 3000
 const BASELINE = ARGS.string('baseline') ?? ''
 const MODES = (ARGS.string('modes') ?? 'mount,stack').split(',') as Mode[]
@@ -205,7 +205,7 @@ async function oneRun (work: string, storeUrl: string, build: Build, mode: Mode,
 
 /** DAEMON_NODE_FLAGS of the build at `root`, or [] for a build whose launcher has none. */
 async function baselineNodeFlags (root: string): Promise<string[]> {
-  const launcher = join(root, 'dist/src/daemon/daemon-launcher.js')
+  const launcher = join(root, 'dist/src/daemon/client/daemon-launcher.js')
   if (!existsSync(launcher)) return []
   const mod = await import(launcher) as { DAEMON_NODE_FLAGS?: string[] }
   return mod.DAEMON_NODE_FLAGS ?? []

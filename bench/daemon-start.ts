@@ -33,7 +33,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { createConnection, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { holderCommand } from '../src/daemon/daemon-launcher.js'
+import { holderCommand } from '../src/daemon/client/daemon-launcher.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 import { daemonEntryOf, dropPageCaches, fmt, markdownTable, median, REPO_ROOT, REPORT_OPTIONS, runInterleaved, startLoadSampler, writeReport } from './bench-report.js'
 

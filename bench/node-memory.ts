@@ -41,9 +41,9 @@ import { openMemoryNodeDb } from '../src/state/node-db.js'
 import { openStore } from '../src/store/open-store.js'
 import { nativeMemory } from '../src/native.js'
 import { createSandbox } from '../src/sandbox/create-sandbox.js'
-import { ControlClient } from '../src/daemon/control-client.js'
-import { socketPath, type DaemonMemoryResult } from '../src/daemon/control-protocol.js'
-import { DAEMON_ENTRY, DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
+import { ControlClient } from '../src/daemon/client/control-client.js'
+import { socketPath, type DaemonMemoryResult } from '../src/daemon/client/control-protocol.js'
+import { DAEMON_ENTRY, DAEMON_NODE_FLAGS } from '../src/daemon/client/daemon-launcher.js'
 import { fmt, markdownTable, MB, REPORT_OPTIONS, shq, startLoadSampler, writeReport } from './bench-report.js'
 import { benchArgs, type BenchOptions } from './bench-args.js'
 
@@ -109,7 +109,7 @@ interface SideResult {
   /** Settles the reclaimer ran as a burst of chunk reads ended (with the lmdb pages it wrote flushed and dropped). */
   burstEnds: number
   filesDropped: number
-  /** layerd's own page-cache copies dropped (src/daemon/page-copies.ts): the store's bytes, and flush-and-drops of the chunk cache file. */
+  /** layerd's own page-cache copies dropped (src/daemon/memory/page-copies.ts): the store's bytes, and flush-and-drops of the chunk cache file. */
   storeBytesDropped: number
   cacheFileDrops: number
   daemonPeakRssBytes: number

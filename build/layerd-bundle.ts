@@ -34,9 +34,9 @@ import { basename, dirname, join, relative } from 'node:path'
 import { parseArgs } from 'node:util'
 import { fileURLToPath } from 'node:url'
 import { build, type Plugin } from 'esbuild'
-import { ControlClient } from '../src/daemon/control-client.js'
-import { socketPath } from '../src/daemon/control-protocol.js'
-import { DAEMON_NODE_FLAGS } from '../src/daemon/daemon-launcher.js'
+import { ControlClient } from '../src/daemon/client/control-client.js'
+import { socketPath } from '../src/daemon/client/control-protocol.js'
+import { DAEMON_NODE_FLAGS } from '../src/daemon/client/daemon-launcher.js'
 import { CODE_CACHE_SUFFIX } from '../src/start/cached-script.cjs'
 
 const DIST = join(dirname(fileURLToPath(import.meta.url)), '..')

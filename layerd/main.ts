@@ -13,7 +13,7 @@
  * GET /metrics (src/metrics/); off unless set. LAYERD_LOG_FORMAT and
  * LAYERD_LOG_LEVEL are the defaults of the two log flags.
  * --memory-target (env LAYERD_MEMORY_TARGET): proactive reclaim above that
- * memory use where layerd is charged (src/daemon/memory-reclaimer.ts); on by
+ * memory use where layerd is charged (src/daemon/memory/memory-reclaimer.ts); on by
  * default at half the limit; `off` turns it off.
  *
  * Without --foreground it starts itself in the background and returns once
@@ -25,7 +25,7 @@ import { parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
 import { AlreadyRunningError, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { LAYERD_EXIT } from '../src/exit-codes.js'
-import { installProcessGuards } from '../src/daemon/process-guards.js'
+import { installProcessGuards } from '../src/daemon/control/process-guards.js'
 import { parseMetricsAddr } from '../src/metrics/metrics-addr.js'
 import { createLogger, parseLogFormat, parseLogLevel, type Logger } from '../src/metrics/logger.js'
 import { nativeMemory } from '../src/native.js'
@@ -33,7 +33,7 @@ import { HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV } from '../src/holder/fd-stor
 import { SandboxRegistry } from '../src/runtime/sandbox-registry.js'
 import type { FuseBackend } from '../src/fs/fuse-binding.js'
 import { cachedScriptRun } from '../src/start/cached-script.cjs'
-import type { DaemonCode } from '../src/daemon/control-protocol.js'
+import type { DaemonCode } from '../src/daemon/client/control-protocol.js'
 
 // The rest (the mounts, containerd's snapshotter, the run socket) is imported where it is
 // first used, after the control socket listens: what is loaded before it is what makes a start slow (src/daemon/README.md).
@@ -98,7 +98,7 @@ async function main (): Promise<number> {
       ...(metricsAddr === undefined ? [] : ['--metrics-addr', metricsAddr]),
       ...(values['log-format'] === undefined ? [] : ['--log-format', values['log-format']]),
       ...(values['log-level'] === undefined ? [] : ['--log-level', values['log-level']])]
-    const { connectDaemon } = await import('../src/daemon/daemon-launcher.js')
+    const { connectDaemon } = await import('../src/daemon/client/daemon-launcher.js')
     const client = await connectDaemon({ home, args, holder: settings.holder })
     const info = await client.call('ping')
     client.close()

@@ -36,8 +36,9 @@ t.test('layerOf() places a module by its most specific entry', async t => {
   const layers = lib.loadLayers()
   const of = (p: string): string | undefined => lib.layerOf(layers, p)?.name
   t.equal(of('src/format/toc.ts'), 'format')
-  t.equal(of('src/daemon/control-client.ts'), 'daemon-client', 'a file beats its folder')
-  t.equal(of('src/daemon/mount-manager.ts'), 'daemon')
+  t.equal(of('src/daemon/client/control-client.ts'), 'daemon-client', 'a file beats its folder')
+  t.equal(of('src/daemon/mounts/mount-manager.ts'), 'daemon-mounts', 'a folder beats its parent')
+  t.equal(of('src/daemon/layerd-daemon.ts'), 'daemon')
   t.equal(of('src/daemon/layerd.test.ts'), 'tests', 'a test file is test code wherever it lives')
   t.equal(of('src/runtime/tier-driver.conformance.ts'), 'tests')
   t.equal(of('cli/demo.ts'), 'tools')
@@ -58,17 +59,19 @@ t.test("npm run lint's rules refuse imports the table does not allow, and pass t
   const bad = t.testdir({})
   tree(bad, {
     'src/errors.ts': 'export class LayerdError extends Error {}\n',
-    'src/daemon/mount-manager.ts': "import { LayerdError } from '../errors.js'\nexport const m = LayerdError\n",
-    'src/daemon/control-protocol.ts': 'export interface SharedImage { mountpoint: string }\n',
-    'src/format/bad.ts': "import { m } from '../daemon/mount-manager.js'\nexport const x = m\n",
-    'src/sandbox/inner.ts': "import { m } from '../daemon/mount-manager.js'\nimport type { SharedImage } from '../daemon/control-protocol.js'\nexport const y: SharedImage | typeof m = m\n",
-    'src/cache/uses-tap.ts': "import t from 'tap'\nexport const z = t\n"
+    'src/daemon/mounts/mount-manager.ts': "import { LayerdError } from '../../errors.js'\nexport const m = LayerdError\n",
+    'src/daemon/client/control-protocol.ts': 'export interface SharedImage { mountpoint: string }\n',
+    'src/format/bad.ts': "import { m } from '../daemon/mounts/mount-manager.js'\nexport const x = m\n",
+    'src/sandbox/inner.ts': "import { m } from '../daemon/mounts/mount-manager.js'\nimport type { SharedImage } from '../daemon/client/control-protocol.js'\nexport const y: SharedImage | typeof m = m\n",
+    'src/cache/uses-tap.ts': "import t from 'tap'\nexport const z = t\n",
+    'src/daemon/control/reaches-in.ts': "import { m } from '../mounts/mount-manager.js'\nexport const w = m\n"
   })
   const r = cruise(bad)
-  t.equal(r.status, 3, `depcruise exits with the number of violations:\n${r.out}`)
-  t.match(r.out, /error layer:format-not-daemon: src\/format\/bad\.ts → src\/daemon\/mount-manager\.ts/)
-  t.match(r.out, /error layer:sandbox-not-daemon: src\/sandbox\/inner\.ts → src\/daemon\/mount-manager\.ts/)
+  t.equal(r.status, 4, `depcruise exits with the number of violations:\n${r.out}`)
+  t.match(r.out, /error layer:format-not-daemon-mounts: src\/format\/bad\.ts → src\/daemon\/mounts\/mount-manager\.ts/)
+  t.match(r.out, /error layer:sandbox-not-daemon-mounts: src\/sandbox\/inner\.ts → src\/daemon\/mounts\/mount-manager\.ts/)
   t.match(r.out, /error no-dev-dependency-in-production: src\/cache\/uses-tap\.ts → .*node_modules\/tap\//)
+  t.match(r.out, /error layer:daemon-control-not-daemon-mounts: src\/daemon\/control\/reaches-in\.ts → src\/daemon\/mounts\/mount-manager\.ts/, 'the rooms inside the daemon are guarded too')
   t.notMatch(r.out, /control-protocol/, 'the daemon client side is open to sandbox')
 
   const good = t.testdir({})

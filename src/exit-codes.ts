@@ -10,7 +10,7 @@
  * `layerd`: 0 after a clean stop; 1 when a stop failed; 2 bad flags; 3
  * another daemon holds the home's lock; 4 the home or cache cannot be
  * opened; 5 a fatal internal error (an uncaught exception, logged with its
- * stack; src/daemon/process-guards.ts), after which a holder restarts it; 6
+ * stack; src/daemon/control/process-guards.ts), after which a holder restarts it; 6
  * after a handover (SIGUSR2: the mounts are left to the next daemon).
  */
 export const LAYERD_EXIT = { OK: 0, FAILURE: 1, USAGE: 2, ALREADY_RUNNING: 3, CANNOT_OPEN_HOME: 4, FATAL: 5, HANDOVER: 6 } as const

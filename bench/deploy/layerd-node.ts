@@ -15,9 +15,9 @@
  * Bench-only: may import anything.
  */
 import { mkdir } from 'node:fs/promises'
-import { ControlClient } from '../../src/daemon/control-client.js'
-import { socketPath, type NodeStats } from '../../src/daemon/control-protocol.js'
-import { connectDaemon, runningDaemonPid } from '../../src/daemon/daemon-launcher.js'
+import { ControlClient } from '../../src/daemon/client/control-client.js'
+import { socketPath, type NodeStats } from '../../src/daemon/client/control-protocol.js'
+import { connectDaemon, runningDaemonPid } from '../../src/daemon/client/daemon-launcher.js'
 import { createSandbox } from '../../src/sandbox/create-sandbox.js'
 import { LAYERCTL_JS } from '../bench-report.js'
 import { runProgram, type CommandResult } from '../../fixtures/run-command.js'

@@ -22,7 +22,7 @@ import { ensureDebianImages, type DebianImage } from '../../fixtures/debian-imag
 import { acquireLock, fixturesDir } from '../../fixtures/fixture-cache.js'
 import { layerdNode, type LayerdNode } from '../../fixtures/layerd-harness.js'
 import { runCommand } from '../../fixtures/run-command.js'
-import { connectDaemon } from '../daemon/daemon-launcher.js'
+import { connectDaemon } from '../daemon/client/daemon-launcher.js'
 import { digestHex } from '../format/digest.js'
 import { parseRef } from '../format/ref.js'
 import { pushImage } from '../image/push.js'

@@ -19,8 +19,8 @@ import { readdir, readFile, statfs } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Test } from 'tap'
 import { runCommand } from '../../fixtures/run-command.js'
-import { ControlClient } from '../daemon/control-client.js'
-import { socketPath } from '../daemon/control-protocol.js'
+import { ControlClient } from '../daemon/client/control-client.js'
+import { socketPath } from '../daemon/client/control-protocol.js'
 import type { AttackNode } from './attack-harness.js'
 
 /** layerd must answer a ping within this, even right after an attack. */

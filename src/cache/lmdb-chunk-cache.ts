@@ -177,7 +177,7 @@ export class LmdbChunkCache extends BaseChunkCache {
     return stored === undefined ? { bytes: plain, isFrame: false } : { bytes: stored, isFrame: true }
   }
 
-  /** The memory-mapped lmdb file (the daemon advises its pages: src/daemon/memory-settler.ts). */
+  /** The memory-mapped lmdb file (the daemon advises its pages: src/daemon/memory/memory-settler.ts). */
   get mapFile (): string { return join(this.location, 'data.mdb') }
 
   /**

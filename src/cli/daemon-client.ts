@@ -3,8 +3,8 @@
  * location travels with every request, so one daemon serves any store.
  */
 import { isAbsolute, resolve } from 'node:path'
-import type { ControlClient } from '../daemon/control-client.js'
-import { connectDaemon } from '../daemon/daemon-launcher.js'
+import type { ControlClient } from '../daemon/client/control-client.js'
+import { connectDaemon } from '../daemon/client/daemon-launcher.js'
 import type { CommandContext } from './command.js'
 import { daemonArgs, takeEarly } from './early-connect.js'
 

@@ -8,7 +8,7 @@ import t from 'tap'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
-import { socketPath } from '../daemon/control-protocol.js'
+import { socketPath } from '../daemon/client/control-protocol.js'
 
 // A short directory: the daemon's socket path must fit in sun_path (108 bytes).
 const work = await import('node:fs/promises').then(fs => fs.mkdtemp('/tmp/layerd-early-'))

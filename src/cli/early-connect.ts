@@ -9,8 +9,8 @@
  *
  * May import: src/daemon/ (the launcher), src/state/ (settings).
  */
-import type { ControlClient } from '../daemon/control-client.js'
-import { connectDaemon } from '../daemon/daemon-launcher.js'
+import type { ControlClient } from '../daemon/client/control-client.js'
+import { connectDaemon } from '../daemon/client/daemon-launcher.js'
 import { resolveSettings, type Settings } from '../state/settings.js'
 
 const EARLY_COMMANDS = new Set(['mount'])

@@ -11,8 +11,8 @@ import { join } from 'node:path'
 import { ensureDebianImages } from '../../fixtures/debian-images.js'
 import { LAYERCTL_FRONT, layerdNode, mountsUnder, run } from '../../fixtures/layerd-harness.js'
 import { pushInto } from '../../fixtures/store-steps.js'
-import { ControlClient } from '../daemon/control-client.js'
-import { socketPath } from '../daemon/control-protocol.js'
+import { ControlClient } from '../daemon/client/control-client.js'
+import { socketPath } from '../daemon/client/control-protocol.js'
 import { decodeFrames, encodeRunRequest, FRAME, runSocketPath, type RunFrame } from './run-protocol.js'
 
 const images = await ensureDebianImages()

@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises'
 import { spawn } from 'node:child_process'
 import t, { type Test } from 'tap'
 import { awaitDaemonReady, layerdNode } from '../../fixtures/layerd-harness.js'
-import { DAEMON_ENTRY, DAEMON_MODULES_ENTRY, connectDaemon } from './daemon-launcher.js'
+import { DAEMON_ENTRY, DAEMON_MODULES_ENTRY, connectDaemon } from './client/daemon-launcher.js'
 
 /** A fresh home, short enough for its socket's path (107 bytes at most), removed after the test. */
 function shortHome (t: Test): string {

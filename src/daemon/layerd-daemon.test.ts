@@ -8,8 +8,8 @@ import t, { type Test } from 'tap'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { ControlClient } from './control-client.js'
-import { socketPath } from './control-protocol.js'
+import { ControlClient } from './client/control-client.js'
+import { socketPath } from './client/control-protocol.js'
 import { LayerdDaemon, type DaemonService } from './layerd-daemon.js'
 
 /** A service whose start waits until `release()`; `started` resolves when the daemon has begun starting it. */

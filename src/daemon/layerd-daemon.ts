@@ -23,19 +23,19 @@ import { LAYERD_EXIT } from '../exit-codes.js'
 import type { ExportTarget } from '../materialize/export-image.js'
 import { ensureHomeDir } from '../state/node-db.js'
 import type { NodeDb } from '../state/node-db.js'
-import { ControlServer } from './control-server.js'
-import { AlreadyRunningError, HomeLock } from './home-lock.js'
-import { expectedRejectionCount, unhandledRejectionCount } from './process-guards.js'
+import { ControlServer } from './control/control-server.js'
+import { AlreadyRunningError, HomeLock } from './control/home-lock.js'
+import { expectedRejectionCount, unhandledRejectionCount } from './control/process-guards.js'
 import {
   BadRequestError, socketPath, type ControlHandlers, type ControlMethod, type ControlParams, type DaemonCode, type DaemonMemoryResult, type ExportResult, type NodeStats, type PullResult
-} from './control-protocol.js'
-import type { MountManager, MountOptions } from './mount-manager.js'
-import type { BlockViews } from './block-views.js'
-import { readDaemonMemory } from './memory-report.js'
-import type { StorePool, StoreLocation } from './store-pool.js'
+} from './client/control-protocol.js'
+import type { MountManager, MountOptions } from './mounts/mount-manager.js'
+import type { BlockViews } from './mounts/block-views.js'
+import { readDaemonMemory } from './memory/memory-report.js'
+import type { StorePool, StoreLocation } from './reading/store-pool.js'
 import { MAX_SANDBOX_TIERS, observeSandboxCreate, sandboxCreates } from '../metrics/counters.js'
 import { HeldConnections, readConnectionRecords } from '../holder/connection-keeper.js'
-import type { PreparedTakeovers } from './prepared-takeovers.js'
+import type { PreparedTakeovers } from './mounts/prepared-takeovers.js'
 import { setProcessNice } from '../host/thread-priority.js'
 import type { ServingParts } from './serving-parts.js'
 
@@ -327,7 +327,7 @@ export class LayerdDaemon {
       },
       gcNode: async p => {
         const { db, cache, stores, mounts } = await serving()
-        const { collectNode } = await import('./node-gc.js')
+        const { collectNode } = await import('./mounts/node-gc.js')
         return await collectNode({ db, cache, store: stores.get(p).store, liveManifests: mounts.liveManifests(), sharedDir: mounts.sharedDir, log: this.config.log }, { dryRun: p.dryRun === true })
       },
       pull: async p => await this.#pull(await serving(), p),
@@ -376,7 +376,7 @@ export class LayerdDaemon {
 
   async #pull (parts: ServingParts, p: ControlParams<'pull'>): Promise<PullResult> {
     const { store, fetcher } = parts.stores.get(p)
-    const [{ loadImage }, { allChunks }] = await Promise.all([import('../image/load-image.js'), import('./image-chunks.js')])
+    const [{ loadImage }, { allChunks }] = await Promise.all([import('../image/load-image.js'), import('./reading/image-chunks.js')])
     const image = await loadImage(store, p.image, { cache: parts.cache })
     const result = { manifest: image.digest, layers: image.tocs.length, metadataBytes: image.fetchedBytes, chunks: 0, fetchedBytes: 0, failed: 0 }
     if (p.all === true) {
@@ -414,7 +414,7 @@ export class LayerdDaemon {
 
   /** The block views, their module (ext4 builder, push) loaded on first use. */
   async #loadBlockViews (): Promise<BlockViews> {
-    this.#blockViews ??= import('./block-views.js').then(({ BlockViews }) =>
+    this.#blockViews ??= import('./mounts/block-views.js').then(({ BlockViews }) =>
       new BlockViews(this.#parts!.mounts, this.#parts!.stores, this.#parts!.cache, this.#parts!.db, join(this.config.home, 'tmp'), this.config.log))
     return await this.#blockViews
   }
@@ -430,7 +430,7 @@ let servingModules: Promise<typeof import('./serving-parts.js')> | undefined
 /** A planned restart's trees and tables of the kept connections, built before the lock (prepared-takeovers.ts). Async. */
 async function prepareTakeovers (records: ReturnType<typeof readConnectionRecords>, log: (line: string) => void): Promise<PreparedTakeovers> {
   const [{ PreparedTakeovers }, { openStore }, { mountedFsType }] = await Promise.all([
-    import('./prepared-takeovers.js'), import('../store/open-store.js'), import('../fs/fuse-binding.js')
+    import('./mounts/prepared-takeovers.js'), import('../store/open-store.js'), import('../fs/fuse-binding.js')
   ])
   return await PreparedTakeovers.prepare(records,
     loc => openStore(loc.store, { retry: { deadlineMs: PREPARE_RETRY_DEADLINE_MS }, ...(loc.s3Endpoint === undefined ? {} : { s3Endpoint: loc.s3Endpoint }) }),

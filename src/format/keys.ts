@@ -10,7 +10,7 @@
  * | refs/<urlencoded name>/<tag> | ref record (JSON): current + history        |
  * | layer-by-diff/<diff_id hex>  | the TOC digest of a layer pushed from a tar with that diff_id (a hint: verified on use) |
  * | layer-by-blob/<digest hex>   | the TOC digest of a layer pushed from a stored (compressed) blob with that digest, e.g. a registry layer (a hint: verified on use) |
- * | block-views/<manifest hex>   | the digest of that image's block-view manifest (src/daemon/block-views.ts) |
+ * | block-views/<manifest hex>   | the digest of that image's block-view manifest (src/daemon/mounts/block-views.ts) |
  * | tar-splits/<diff_id hex>     | zstd(tar split, tar-split.ts): what export needs besides the TOC to write the layer tar with that diff_id byte for byte (verified on use: the tar's sha256) |
  * | traces/<manifest hex>        | that image's published access trace (JSON; published-trace.ts): chunks to prefetch at mount |
  * | gc/leases/<id>               | a writer's lease: gc waits for it (src/store/store-leases.ts) |

@@ -1,7 +1,7 @@
 /**
  * Serving an image as two stacked read-only trees: its lower layers merged
  * (shared by every image built on them) and its top layer on its own, with
- * overlayfs putting the top over the base (src/daemon/image-stacks.ts). The
+ * overlayfs putting the top over the base (src/daemon/mounts/image-stacks.ts). The
  * page cache of the base's files is then shared by all those images, as
  * overlay2 shares a base layer's; one merged tree per image would read the
  * base through each image's own mount.

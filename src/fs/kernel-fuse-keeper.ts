@@ -16,7 +16,7 @@ import type { NativeFuseInit, NativeFuseServerOptions } from '../native.js'
 /**
  * What the mount's tree was built from, so a new daemon can build the same
  * tree and table while the old one still serves (a planned restart,
- * src/daemon/prepared-takeovers.ts). Only a hint: the table digest decides.
+ * src/daemon/mounts/prepared-takeovers.ts). Only a hint: the table digest decides.
  */
 export interface TreeSource {
   /** The store the TOCs come from (URL), and its S3 endpoint. */

@@ -243,7 +243,7 @@ export interface PageCacheDrop {
 }
 
 /**
- * Proactive reclaim of the page cache of image files (src/daemon/memory-reclaimer.ts):
+ * Proactive reclaim of the page cache of image files (src/daemon/memory/memory-reclaimer.ts):
  * for every kernel-backed mount, FUSE_NOTIFY_INVAL_INODE on each file that
  * has been read since its last drop but not in the last `coldMs`. The
  * kernel drops those files' clean pages; a later read misses once and is

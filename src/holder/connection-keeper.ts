@@ -166,7 +166,7 @@ export class HeldConnections implements ConnectionKeeper {
 /**
  * The records in `<home>/connections.json` as they are now, without taking
  * anything (a planned restart's new daemon reads them while the old one
- * serves: src/daemon/prepared-takeovers.ts). Sync; never throws.
+ * serves: src/daemon/mounts/prepared-takeovers.ts). Sync; never throws.
  */
 export function readConnectionRecords (home: string, log: (line: string) => void): ConnectionRecord[] {
   return [...readRecords(join(home, CONNECTIONS_FILE), log).values()]

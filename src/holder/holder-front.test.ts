@@ -13,7 +13,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSyn
 import { getPriority } from 'node:os'
 import { join } from 'node:path'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
-import { connectDaemon, HOLDER_ENTRY, HOLDER_FRONT, holderCommand } from '../daemon/daemon-launcher.js'
+import { connectDaemon, HOLDER_ENTRY, HOLDER_FRONT, holderCommand } from '../daemon/client/daemon-launcher.js'
 import { HOLDER_PID_FILE } from './fd-store-protocol.js'
 
 // A crash is then always followed by a cold start, so the test sees the restart of the adopted layerd itself.

@@ -17,7 +17,7 @@ import { cp, mkdir, readdir, readFile, symlink } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { assertNothingNoticed, readThroughDisruptions } from '../../fixtures/takeover-workload.js'
-import { DAEMON_ENTRY } from '../daemon/daemon-launcher.js'
+import { DAEMON_ENTRY } from '../daemon/client/daemon-launcher.js'
 import { snapshotterSocketPath } from '../snapshotter/snapshotter-paths.js'
 import { containerdApiRoot } from '../snapshotter/containerd-api-root.js'
 
@@ -70,7 +70,7 @@ t.test('layerctl daemon restart 10 times between two copies of the build mid-rea
   const log = await readFile(join(r.node.home, 'layerd.log'), 'utf8')
   t.equal(log.match(/exited with code 6 \(handover\)/g)?.length, RESTARTS, 'each old layerd handed over (exit 6)')
   t.equal(log.match(/was killed by|fatal/g), null, 'no layerd crashed')
-  // Each new layerd built the kept connections' trees and tables while the old one served (src/daemon/prepared-takeovers.ts), and took them over with those.
+  // Each new layerd built the kept connections' trees and tables while the old one served (src/daemon/mounts/prepared-takeovers.ts), and took them over with those.
   const ahead = [...log.matchAll(/used the trees and tables of (\d+) of (\d+) connection\(s\), built ahead/g)].map(m => [Number(m[1]), Number(m[2])])
   t.equal(ahead.length, RESTARTS, 'each new layerd says what it built ahead')
   t.ok(ahead.every(([used, built]) => used === built && used! >= 3), `… and used it for every kept connection, the plain mount and the stack's base and top: ${JSON.stringify(ahead)}`)

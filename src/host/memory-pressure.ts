@@ -1,6 +1,6 @@
 /**
  * Memory pressure as the kernel reports it, for layerd's proactive reclaim
- * (src/daemon/memory-reclaimer.ts): how much memory is in use where this
+ * (src/daemon/memory/memory-reclaimer.ts): how much memory is in use where this
  * process is charged, and how much time tasks stall on memory (PSI).
  *
  * What "in use" is, in order of preference:

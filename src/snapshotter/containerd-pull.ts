@@ -22,11 +22,11 @@
  * runs it itself for a `docker://` image, with the caller's registry
  * credentials.
  *
- * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), src/daemon/control-protocol.ts (types), this folder.
+ * May import: src/errors.ts, src/format/, src/image/, src/registry/, src/store/ (types), src/daemon/client/control-protocol.ts (types), this folder.
  */
 import { randomBytes } from 'node:crypto'
 import { BadInputError, DaemonUnavailableError, NotFoundError, NotRemoteError } from '../errors.js'
-import type { ContainerdPullResult } from '../daemon/control-protocol.js'
+import type { ContainerdPullResult } from '../daemon/client/control-protocol.js'
 import { getManifest } from '../image/metadata-objects.js'
 import { resolveRef } from '../image/refs.js'
 import { isDigest } from '../format/digest.js'

@@ -9,10 +9,10 @@
  */
 import { join } from 'node:path'
 import { BadRequestError, UnsupportedError } from '../errors.js'
-import type { ControlHandlers } from '../daemon/control-protocol.js'
+import type { ControlHandlers } from '../daemon/client/control-protocol.js'
 import type { DaemonParts, DaemonService } from '../daemon/layerd-daemon.js'
-import type { MountManager } from '../daemon/mount-manager.js'
-import type { StoreLocation, StorePool } from '../daemon/store-pool.js'
+import type { MountManager } from '../daemon/mounts/mount-manager.js'
+import type { StoreLocation, StorePool } from '../daemon/reading/store-pool.js'
 import type { NodeDb } from '../state/node-db.js'
 import { DaemonRemoteLayers } from './daemon-remote-layers.js'
 import { LayerdSnapshotter } from './layerd-snapshotter.js'

@@ -8,8 +8,8 @@
  * src/daemon/ (mount manager, store pool), this folder.
  */
 import type { Digest } from '../format/digest.js'
-import type { MountManager } from '../daemon/mount-manager.js'
-import type { StoreLocation, StorePool } from '../daemon/store-pool.js'
+import type { MountManager } from '../daemon/mounts/mount-manager.js'
+import type { StoreLocation, StorePool } from '../daemon/reading/store-pool.js'
 import { lazyUnmount } from '../fs/fuse-binding.js'
 import { mountsUnder } from '../host/mount-table.js'
 import { chainIdOf } from './chain-id.js'

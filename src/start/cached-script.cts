@@ -20,7 +20,7 @@
  * overwrite the launcher's. Flags set at run time (`v8.setFlagsFromString`)
  * change V8's flag hash too: a cache written after one is refused at the
  * next start, so code that sets one sets it back
- * (src/daemon/memory-settler.ts).
+ * (src/daemon/memory/memory-settler.ts).
  *
  * CommonJS (a .cts file) and importing only node built-ins: it runs before
  * anything else, and loading ESM first would cost the loader's start.

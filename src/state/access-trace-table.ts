@@ -1,7 +1,7 @@
 /**
  * The `access_traces` table: per image manifest, the chunks its mounts
  * read first, in order. A repository over the node database (schema.ts);
- * src/daemon/access-traces.ts records and uses the traces.
+ * src/daemon/traces/access-traces.ts records and uses the traces.
  *
  * May import: this folder.
  */

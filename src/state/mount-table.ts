@@ -1,7 +1,7 @@
 /**
  * The `mounts` table: the daemon's image mounts, so a restarted daemon can
  * clean what a killed one left and mount it again. A repository over the
- * node database (schema.ts); src/daemon/mount-manager.ts gives it meaning.
+ * node database (schema.ts); src/daemon/mounts/mount-manager.ts gives it meaning.
  *
  * May import: this folder.
  */

@@ -11,7 +11,7 @@ import { isDigest } from '../../format/digest.js'
 import { DEFAULT_CONTAINERD_ADDRESS, SNAPSHOTTER_NAME, snapshotterSocketPath } from '../../snapshotter/snapshotter-paths.js'
 import type { Command } from '../command.js'
 import { absolute, daemonFor, storeParams } from '../daemon-client.js'
-import type { ContainerdPullResult } from '../../daemon/control-protocol.js'
+import type { ContainerdPullResult } from '../../daemon/client/control-protocol.js'
 
 const USAGE = 'layerctl containerd pull (NAME:TAG | docker://HOST/REPO:TAG) [--address SOCK] [--namespace NS] [--name REF] [--tls-verify=false] | layerctl containerd config'
 

@@ -6,7 +6,7 @@
  * answers once the new one serves; no read fails meanwhile.
  */
 import { UsageError } from '../../errors.js'
-import { DAEMON_ENTRY, connectDaemon } from '../../daemon/daemon-launcher.js'
+import { DAEMON_ENTRY, connectDaemon } from '../../daemon/client/daemon-launcher.js'
 import { callHolder } from '../../holder/holder-client.js'
 import type { HolderStatus } from '../../holder/holder-control-server.js'
 import type { Command } from '../command.js'

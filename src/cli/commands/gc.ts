@@ -65,7 +65,7 @@ async function gcStoreCommand (ctx: CommandContext, values: Record<string, unkno
 
 /**
  * Dead sandboxes here (their caller is gone: src/runtime), then the daemon's
- * half (src/daemon/node-gc.ts): stale traces, mount directories, cached
+ * half (src/daemon/mounts/node-gc.ts): stale traces, mount directories, cached
  * metadata of images no longer mounted. A dry run removes no sandbox and
  * reports what the daemon would free.
  */
@@ -119,7 +119,7 @@ export interface NodeUsage {
 /** The node's figures: the running daemon's cache and mounts (df does not start one), and the sandboxes' disk. */
 async function nodeUsage (ctx: CommandContext): Promise<NodeUsage | undefined> {
   const [{ connectDaemon }, { DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK }, { SandboxRegistry }, { diskUsage }] = await Promise.all([
-    import('../../daemon/daemon-launcher.js'), import('../../cache/cache-quota.js'), import('../../runtime/sandbox-registry.js'), import('../disk-usage.js')
+    import('../../daemon/client/daemon-launcher.js'), import('../../cache/cache-quota.js'), import('../../runtime/sandbox-registry.js'), import('../disk-usage.js')
   ])
   let client
   try { client = await connectDaemon({ home: ctx.settings.home, autoStart: false }) } catch { return undefined }
