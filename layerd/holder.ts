@@ -20,6 +20,7 @@ import { BadInputError, HolderError, describeError } from '../src/errors.js'
 import { HOLDER_EXIT } from '../src/exit-codes.js'
 import { Holder } from '../src/holder/holder.js'
 import { resolveSettings } from '../src/state/settings.js'
+import { createLogger } from '../src/metrics/logger.js'
 
 const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N]] [-- LAYERD_FLAGS...]'
 
@@ -49,7 +50,8 @@ async function main (): Promise<number> {
     console.error(`layerd-holder: --nice-back ${JSON.stringify(niceBackFlag)} is not a nice value (-20 to 19); ${USAGE}`)
     return HOLDER_EXIT.USAGE
   }
-  const log = (line: string): void => { process.stderr.write(`${new Date().toISOString()} ${line}\n`) }
+  // The same text lines as layerd's own log, which it shares (<home>/layerd.log).
+  const log = createLogger('text', 'info')
   const holder = new Holder({
     home,
     daemonEntry: entry ?? fileURLToPath(new URL('./layerd.cjs', import.meta.url)),
@@ -62,14 +64,14 @@ async function main (): Promise<number> {
   try {
     await holder.start()
   } catch (err) {
-    log(`holder: cannot start: ${describeError(err)}`)
+    log(`holder: cannot start: ${describeError(err)}`, 'warn')
     return err instanceof HolderError ? HOLDER_EXIT.ALREADY_RUNNING : err instanceof BadInputError ? HOLDER_EXIT.USAGE : HOLDER_EXIT.FAILURE
   }
   stopHolder = signal => { log(`holder: ${signal}: stopping layerd`); void holder.stop() }
   if (stopOnStart !== undefined) stopHolder(stopOnStart)
   // The holder must outlive anything odd in its own code: log, keep holding.
-  process.on('uncaughtException', err => log(`holder: uncaught: ${err.stack ?? String(err)}`))
-  process.on('unhandledRejection', err => log(`holder: unhandled rejection: ${describeError(err)}`))
+  process.on('uncaughtException', err => log(`holder: uncaught: ${err.stack ?? String(err)}`, 'error'))
+  process.on('unhandledRejection', err => log(`holder: unhandled rejection: ${describeError(err)}`, 'warn'))
   return await holder.finished
 }
 

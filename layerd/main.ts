@@ -120,7 +120,7 @@ async function main (): Promise<number> {
   try {
     nativeMemory().mallocArenaMax(MALLOC_ARENAS)
     nativeMemory().mallocMmapThreshold(MALLOC_MMAP_THRESHOLD_BYTES)
-  } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`) }
+  } catch (err) { log(`memory: cannot cap malloc arenas: ${(err as Error).message}`, 'warn') }
   installProcessGuards(log, LAYERD_EXIT.FATAL)
   const script = cachedScriptRun()
   const code: DaemonCode = script === undefined ? { bundle: false } : { bundle: true, codeCache: script.codeCache }
@@ -151,7 +151,7 @@ async function main (): Promise<number> {
   try {
     await daemon.start()
   } catch (err) {
-    log(`cannot start: ${describeError(err)}`)
+    log(`cannot start: ${describeError(err)}`, 'warn')
     return err instanceof AlreadyRunningError ? LAYERD_EXIT.ALREADY_RUNNING : LAYERD_EXIT.CANNOT_OPEN_HOME
   }
   // The node's own store: its client's one-time set-up is paid now, while the daemon is idle, not by the first mount.
@@ -170,7 +170,7 @@ async function main (): Promise<number> {
   try {
     await daemon.stop()
   } catch (err) {
-    log(`stop failed: ${(err as Error)?.stack ?? String(err)}`)
+    log(`stop failed: ${(err as Error)?.stack ?? String(err)}`, 'warn')
     return LAYERD_EXIT.FAILURE
   }
   return LAYERD_EXIT.OK

@@ -23,6 +23,7 @@
  * May import: src/errors.ts. Nothing else from the project.
  */
 import { UsageError } from '../errors.js'
+import type { LogLine } from '../log-line.js'
 
 export type EntryKind = 'chunk' | 'meta'
 
@@ -69,7 +70,7 @@ export interface CacheQuotaOptions {
   /** Milliseconds since the epoch; injectable for tests. */
   clock?: () => number
   /** Where background failures are reported. Default: dropped (they are retried next tick). */
-  log?: (line: string) => void
+  log?: LogLine
 }
 
 export const DEFAULT_HIGH_WATERMARK = 0.9
@@ -86,7 +87,7 @@ export class CacheQuota {
   readonly #intervalMs: number
   readonly #resolutionMs: number
   readonly #clock: () => number
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #usage: CacheUsage = { bytes: 0, chunks: 0, metaBytes: 0, metaObjects: 0 }
   readonly #pins = new Map<string, number>()
   #touched = new Map<string, number>()
@@ -168,7 +169,7 @@ export class CacheQuota {
   /** After an insert: start a background eviction when above the high watermark. Sync. */
   afterInsert (): void {
     if (this.#usage.bytes > this.highBytes && this.#reclaiming === undefined) {
-      this.reclaim().catch(err => this.#log(`cache eviction failed: ${(err as Error).message}`))
+      this.reclaim().catch(err => this.#log(`cache eviction failed: ${(err as Error).message}`, 'warn'))
     }
   }
 
@@ -243,7 +244,7 @@ export class CacheQuota {
       await this.flushAccess(true)
       if (this.#usage.bytes > this.lowBytes) await this.reclaim()
     } catch (err) {
-      this.#log(`cache maintenance failed: ${(err as Error).message}`)
+      this.#log(`cache maintenance failed: ${(err as Error).message}`, 'warn')
     }
   }
 

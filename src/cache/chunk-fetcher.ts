@@ -33,6 +33,7 @@ import type { ChunkCache } from './chunk-cache.js'
 import { decodeChunk, describeChunk } from './chunk-decoder.js'
 import { FetchScheduler, type FetchJob, type FetchPriority } from './fetch-scheduler.js'
 import { DEFAULT_MAX_GAP_BYTES, DEFAULT_MAX_RUN_BYTES, planRanges, type RangeRun } from './range-planner.js'
+import type { LogLine } from '../log-line.js'
 
 export type { FetchPriority } from './fetch-scheduler.js'
 
@@ -68,7 +69,7 @@ export interface ChunkFetcherOptions {
   /** A GET still unanswered after this long fails with StoreUnavailableError. Default 30,000. */
   fetchTimeoutMs?: number
   /** One line per failed GET, corrupt chunk or failed cache write. Default: none. */
-  log?: (line: string) => void
+  log?: LogLine
 }
 
 export interface ReadOptions {
@@ -120,7 +121,7 @@ export class ChunkFetcher {
   readonly #scheduler: FetchScheduler
   readonly #plan: { maxGapBytes: number, maxRunBytes: number }
   readonly #timeoutMs: number
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #inflight = new Map<string, Pending>()
   #unplanned: Pending[] = []
   #planScheduled = false
@@ -335,7 +336,7 @@ export class ChunkFetcher {
         if (e instanceof CorruptObjectError) this.#countCorrupt(p)
         this.#fail(p, e)
       }
-      this.#log(this.#fetchError(err, job.pendings[0]!.ref, range).message)
+      this.#log(this.#fetchError(err, job.pendings[0]!.ref, range).message, 'warn')
       return
     }
     this.stats.fetches++
@@ -357,7 +358,7 @@ export class ChunkFetcher {
       } catch (err) {
         const e = asLayerdError(err, `cannot decode ${describeChunk(p.ref, this.#store.url)}`)
         if (e instanceof CorruptObjectError) this.#countCorrupt(p)
-        this.#log(e.message)
+        this.#log(e.message, 'warn')
         this.#fail(p, e)
         continue
       }
@@ -370,7 +371,7 @@ export class ChunkFetcher {
       // `plain` is read-only from here on (readers share it): the cache may keep it without a copy.
       writes.push(this.#cache.put(p.ref.digest, plain, { verified: true, transfer: true, frame }).catch(err => {
         this.cacheWriteErrors++
-        this.#log(`could not cache ${describeChunk(p.ref, this.#store.url)}: ${(err as Error).message}`)
+        this.#log(`could not cache ${describeChunk(p.ref, this.#store.url)}: ${(err as Error).message}`, 'warn')
       }).finally(() => {
         if (this.#inflight.get(p.ref.digest) === p) this.#inflight.delete(p.ref.digest)
         p.settle()

@@ -74,6 +74,7 @@ import { closeCacheEnvironment, openCacheEnvironment } from './lmdb-environment.
 import { encodeStoredFrame, StoredChunkDecoder } from './stored-chunk.js'
 import { WriteBuffer, type BufferedEntry, type WriteBatchLimits } from './write-buffer.js'
 import { CacheWriteHealth, type CacheWriteHealthStats } from './write-health.js'
+import type { LogLine } from '../log-line.js'
 
 export interface LmdbChunkCacheOptions extends CacheQuotaOptions {
   /** Address space reserved for the map. Default: 2 × cap + 1 GiB (256 GiB when uncapped); lmdb-js grows it if needed. */
@@ -110,7 +111,7 @@ export class LmdbChunkCache extends BaseChunkCache {
   readonly #buffer: WriteBuffer
   readonly #noSync: boolean
   readonly #afterCommit: (() => void) | undefined
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #decoder: StoredChunkDecoder
   readonly #health: CacheWriteHealth
   #serial: Promise<unknown> = Promise.resolve()
@@ -166,7 +167,7 @@ export class LmdbChunkCache extends BaseChunkCache {
     if (frame === undefined) return this.#index.plainChunk(digest)
     const plain = this.#decoder.decode(digest, frame)
     if (plain === undefined) {
-      this.#log(`chunk cache ${this.location}: chunk ${digest} is damaged on disk; dropped, it will be fetched again`)
+      this.#log(`chunk cache ${this.location}: chunk ${digest} is damaged on disk; dropped, it will be fetched again`, 'warn')
       void this.remove('chunk', digest).catch(() => {})
     }
     return plain

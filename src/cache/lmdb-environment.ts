@@ -14,6 +14,7 @@ import { mkdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { open, type RootDatabase } from 'lmdb'
 import { currentBootId, distrustReason, fsyncPath, readMarker, writeMarker } from './shutdown-marker.js'
+import type { LogLine } from '../log-line.js'
 
 const LMDB_FILES = ['data.mdb', 'lock.mdb']
 
@@ -24,7 +25,7 @@ export interface CacheEnvironmentOptions {
   noSync: boolean
   /** Address space reserved for the map. */
   mapSizeBytes: number
-  log: (line: string) => void
+  log: LogLine
 }
 
 /**
@@ -39,7 +40,7 @@ export function openCacheEnvironment ({ dir, noSync, mapSizeBytes, log }: CacheE
   const previous = readMarker(dir)
   const distrust = distrustReason(previous, bootId)
   if (distrust !== undefined) {
-    log(`chunk cache ${dir}: discarding its contents: ${distrust}`)
+    log(`chunk cache ${dir}: discarding its contents: ${distrust}`, 'warn')
     for (const f of LMDB_FILES) rmSync(join(dir, f), { force: true })
   }
   // Before the first write that skips fsync: the marker must never be behind the data. A daemon taking over from
@@ -67,12 +68,12 @@ export async function closeCacheEnvironment (env: RootDatabase, { dir, noSync, l
     // lmdb never synced: make the file durable before calling it closed.
     try { fsyncPath(join(dir, 'data.mdb')) } catch (err) {
       syncFailed = true
-      log(`chunk cache ${dir}: final sync failed, the cache will be discarded on next open: ${(err as Error).message}`)
+      log(`chunk cache ${dir}: final sync failed, the cache will be discarded on next open: ${(err as Error).message}`, 'warn')
     }
   }
   try {
     writeMarker(dir, { state: 'closed', noSync, bootId: currentBootId(), pid: process.pid, syncFailed })
   } catch (err) {
-    log(`chunk cache ${dir}: cannot record a clean close: ${(err as Error).message}`)
+    log(`chunk cache ${dir}: cannot record a clean close: ${(err as Error).message}`, 'warn')
   }
 }

@@ -25,7 +25,7 @@
 export interface CacheWriteHealthOptions {
   /** Named in log lines (the cache directory). */
   location: string
-  log: (line: string) => void
+  log: LogLine
   /** First wait between probes while writes fail. Default 1,000. */
   probeIntervalMs?: number
   /** Longest wait between probes. Default 30,000. */
@@ -47,7 +47,7 @@ export const DEFAULT_MAX_PROBE_INTERVAL_MS = 30_000
 
 export class CacheWriteHealth {
   readonly #location: string
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #clock: () => number
   readonly #firstIntervalMs: number
   readonly #maxIntervalMs: number
@@ -95,7 +95,7 @@ export class CacheWriteHealth {
     this.#intervalMs = this.#firstIntervalMs
     this.#nextProbeAt = now + this.#intervalMs
     this.#skippedThisEpisode = 0
-    this.#log(`chunk cache ${this.#location} cannot write (${describeWriteFailure(err)}): serving chunks without caching them, evicting, and trying again every ${this.#intervalMs / 1000} s or more`)
+    this.#log(`chunk cache ${this.#location} cannot write (${describeWriteFailure(err)}): serving chunks without caching them, evicting, and trying again every ${this.#intervalMs / 1000} s or more`, 'warn')
     return true
   }
 
@@ -126,3 +126,5 @@ export function describeWriteFailure (err: unknown): string {
   }
   return parts.join(': ')
 }
+
+import type { LogLine } from '../log-line.js'

@@ -20,6 +20,7 @@ import { Writable } from 'node:stream'
 import { commandSettings, main } from './main.js'
 import { RUN_SOCKET_ENV, servedByRunSocket } from './run-socket-commands.js'
 import { decodeRunRequest, encodeFrame, exitFrame, FRAME, MAX_RUN_REQUEST_BYTES, type RunRequest } from './run-protocol.js'
+import type { LogLine } from '../log-line.js'
 
 /** A client that has not sent its whole request within this is answered fallback. */
 const REQUEST_TIMEOUT_MS = 10_000
@@ -33,12 +34,12 @@ export class RunConnection {
   #gone = false
   #finished = false
 
-  constructor (socket: Socket, home: string, log: (line: string) => void) {
+  constructor (socket: Socket, home: string, log: LogLine) {
     this.#socket = socket
     socket.on('error', () => socket.destroy())
     socket.on('close', () => { if (!this.#finished) this.callerGone() })
     this.done = this.#serve(home, log).catch(err => {
-      log(`run socket: ${(err as Error)?.stack ?? String(err)}`)
+      log(`run socket: ${(err as Error)?.stack ?? String(err)}`, 'warn')
       socket.destroy()
     })
   }
@@ -51,7 +52,7 @@ export class RunConnection {
     for (const fn of this.#goneHandlers) void fn().catch(() => {})
   }
 
-  async #serve (home: string, log: (line: string) => void): Promise<void> {
+  async #serve (home: string, log: LogLine): Promise<void> {
     const request = await this.#readRequest()
     if (request === undefined) return
     if (typeof request === 'string') { log(`run socket: ${request}; answered fallback`); this.#fallback(); return }

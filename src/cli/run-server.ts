@@ -37,6 +37,7 @@ import { chmod, rm } from 'node:fs/promises'
 import { createServer, type Server, type Socket } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { runSocketPath } from './run-protocol.js'
+import type { LogLine } from '../log-line.js'
 
 /**
  * Connections layerd itself holds at once (those waiting for the runner to start); more are closed on
@@ -69,7 +70,7 @@ interface Runner {
 }
 
 /** Listen on `<home>/run.sock` (replacing a stale socket file: the caller holds the home's lock). Async. */
-export async function startRunServer (opts: { home: string, log: (line: string) => void }): Promise<RunServer> {
+export async function startRunServer (opts: { home: string, log: LogLine }): Promise<RunServer> {
   const path = runSocketPath(opts.home)
   const { log } = opts
   let runner: Runner | undefined
@@ -79,7 +80,7 @@ export async function startRunServer (opts: { home: string, log: (line: string) 
     const took: Runner['took'] = new Map()
     const child = spawn(process.execPath, [RUNNER_ENTRY, '--home', opts.home], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
     const exited = new Promise<void>(resolve => child.once('exit', (code, signal) => {
-      if (closing === undefined) log(`run socket: the runner (pid ${child.pid ?? '?'}) exited with ${signal ?? code}; the next run starts another`)
+      if (closing === undefined) log(`run socket: the runner (pid ${child.pid ?? '?'}) exited with ${signal ?? code}; the next run starts another`, 'warn')
       if (runner?.child === child) runner = undefined
       for (const waiting of took.values()) waiting.reject(new Error(`the runner (pid ${child.pid ?? '?'}) exited before it took the connection`))
       resolve()
@@ -131,7 +132,7 @@ export async function startRunServer (opts: { home: string, log: (line: string) 
         // The runner did not take it: it died (perhaps killed a moment ago, its exit not yet seen: the send fails), or was
         // killed for taking too long. The connection is still ours: one more try, with a new runner.
         if (closing !== undefined || socket.destroyed) throw err
-        log(`run socket: ${(err as Error).message}; handing the connection to a new runner`)
+        log(`run socket: ${(err as Error).message}; handing the connection to a new runner`, 'warn')
         if (runner === r) {
           runner = undefined
           if (r.child.connected) r.child.kill('SIGTERM')
@@ -139,7 +140,7 @@ export async function startRunServer (opts: { home: string, log: (line: string) 
         await sendTo(liveRunner(), socket)
       }
     } catch (err) {
-      log(`run socket: cannot hand a connection to the runner: ${(err as Error).message}`)
+      log(`run socket: cannot hand a connection to the runner: ${(err as Error).message}`, 'warn')
     } finally {
       // The runner has its own copy of the connection now, or nobody serves it: either way layerd's goes.
       socket.destroy()
@@ -154,7 +155,7 @@ export async function startRunServer (opts: { home: string, log: (line: string) 
     const previous = process.umask(0o177)
     try { server.listen(path, () => { server.off('error', reject); resolve() }) } finally { process.umask(previous) }
   })
-  server.on('error', err => log(`run socket ${path}: ${err.message}`))
+  server.on('error', err => log(`run socket ${path}: ${err.message}`, 'warn'))
   await chmod(path, 0o600)
   return {
     path,

@@ -38,6 +38,7 @@ import { HeldConnections, readConnectionRecords } from '../holder/connection-kee
 import type { PreparedTakeovers } from './mounts/prepared-takeovers.js'
 import { setProcessNice } from '../host/thread-priority.js'
 import type { ServingParts } from './serving-parts.js'
+import type { LogLine } from '../log-line.js'
 
 export interface DaemonConfig {
   home: string
@@ -45,7 +46,7 @@ export interface DaemonConfig {
   cacheBytes: number
   /** Mount again what a killed daemon had mounted. */
   restoreMounts: boolean
-  log: (line: string) => void
+  log: LogLine
   /** How images are mounted (stacks, FUSE backend): settings resolved by layerd/main.ts. */
   mounts?: MountOptions
   /**
@@ -69,7 +70,7 @@ export interface DaemonConfig {
    * passes the removal of sandboxes left by crashed callers (src/runtime/),
    * which the daemon itself knows nothing of.
    */
-  sweepAtStart?: (db: NodeDb, log: (line: string) => void) => Promise<void>
+  sweepAtStart?: (db: NodeDb, log: LogLine) => Promise<void>
   /**
    * Servers started before the control socket listens (and before the holder
    * hears that the daemon serves), stopped first on stop
@@ -95,7 +96,7 @@ export interface DaemonConfig {
 }
 
 /** What a service gets from the daemon: the node's database, mounts and stores. */
-export interface DaemonParts { home: string, db: NodeDb, mounts: MountManager, stores: StorePool, log: (line: string) => void }
+export interface DaemonParts { home: string, db: NodeDb, mounts: MountManager, stores: StorePool, log: LogLine }
 /**
  * A running service. `handlers`: control methods it serves (the daemon answers
  * them while the service runs; before it starts, or without it, they fail
@@ -147,7 +148,7 @@ export class LayerdDaemon {
     const preload = async (): Promise<void> => {
       await loadServingModules()
       for (const load of this.config.preload ?? []) {
-        try { await load() } catch (err) { log(`preloading a service: ${(err as Error).message}`) }
+        try { await load() } catch (err) { log(`preloading a service: ${(err as Error).message}`, 'warn') }
       }
       mark('preload')
     }
@@ -169,7 +170,7 @@ export class LayerdDaemon {
         prepared = await prepareTakeovers(records, log)
       }
       mark('prepare')
-      try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`) }
+      try { store.standby() } catch (err) { log(`holder: ${(err as Error).message}`, 'warn') }
       this.#servePriority()
     }
     this.#lock = await HomeLock.acquire(home, this.config.lockWaitMs ?? (store?.kind === 'holder' ? HANDOVER_LOCK_WAIT_MS : 0))
@@ -203,7 +204,7 @@ export class LayerdDaemon {
           (prepared === undefined ? '' : `; used the trees and tables of ${prepared.taken} of ${prepared.count} connection(s), built ahead in ${prepared.ms} ms before the lock`))
       }
       mark('recover')
-      await this.config.sweepAtStart?.(parts.db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`) })
+      await this.config.sweepAtStart?.(parts.db, log).catch(err => { log(`start-up sweep: ${(err as Error).message}`, 'warn') })
       mark('sweep')
       // The services (containerd's snapshotter) start before the holder hears that this daemon serves, and before
       // the control socket answers: whoever is answered (layerctl, `daemon restart`) finds their sockets up too.
@@ -238,7 +239,7 @@ export class LayerdDaemon {
   /** Back to the serving priority (config.serveNice), on every thread, once this daemon is to take over. Sync; never throws. */
   #servePriority (): void {
     if (this.config.serveNice === undefined) return
-    try { setProcessNice(this.config.serveNice) } catch (err) { this.config.log(`cannot go back to nice ${this.config.serveNice}: ${(err as Error).message}`) }
+    try { setProcessNice(this.config.serveNice) } catch (err) { this.config.log(`cannot go back to nice ${this.config.serveNice}: ${(err as Error).message}`, 'warn') }
   }
 
   /**
@@ -251,7 +252,7 @@ export class LayerdDaemon {
       const { store } = this.#parts!.stores.get(loc)
       if (store.remote === true) void store.warm?.()
     } catch (err) {
-      this.config.log(`cannot open the node's store ${loc.store}: ${(err as Error).message}`)
+      this.config.log(`cannot open the node's store ${loc.store}: ${(err as Error).message}`, 'warn')
     }
   }
 
@@ -260,7 +261,7 @@ export class LayerdDaemon {
     this.#stopping ??= (async () => {
       await this.#server?.close()
       await this.#metrics?.close()
-      for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`) })
+      for (const service of this.#services.splice(0).reverse()) await service.close().catch(err => { this.config.log(`stopping a service: ${(err as Error).message}`, 'warn') })
       await this.#parts?.close()
       rmSync(socketPath(this.config.home), { force: true })
       this.#lock?.release()
@@ -322,7 +323,7 @@ export class LayerdDaemon {
       publishTrace: async p => await (await serving()).mounts.publishTrace(p),
       sandboxCreated: async p => {
         if (!/^[a-z][a-z0-9-]{0,31}$/.test(p.tier)) throw new BadRequestError(`sandboxCreated: tier ${JSON.stringify(p.tier).slice(0, 60)} is not a tier name`)
-        if (!observeSandboxCreate(p.tier, p.seconds)) this.config.log(`sandboxCreated: more than ${MAX_SANDBOX_TIERS} tiers reported; ${p.tier} not recorded`)
+        if (!observeSandboxCreate(p.tier, p.seconds)) this.config.log(`sandboxCreated: more than ${MAX_SANDBOX_TIERS} tiers reported; ${p.tier} not recorded`, 'warn')
         return {}
       },
       gcNode: async p => {
@@ -346,7 +347,7 @@ export class LayerdDaemon {
         await serving().catch(() => {}) // a failed start stops by itself
         setImmediate(() => {
           this.stop().then(() => process.exit(LAYERD_EXIT.OK), err => {
-            this.config.log(`shutdown failed: ${(err as Error)?.stack ?? String(err)}`)
+            this.config.log(`shutdown failed: ${(err as Error)?.stack ?? String(err)}`, 'error')
             process.exit(LAYERD_EXIT.FAILURE)
           })
         })
@@ -428,7 +429,7 @@ async function loadServingModules (): Promise<typeof import('./serving-parts.js'
 let servingModules: Promise<typeof import('./serving-parts.js')> | undefined
 
 /** A planned restart's trees and tables of the kept connections, built before the lock (prepared-takeovers.ts). Async. */
-async function prepareTakeovers (records: ReturnType<typeof readConnectionRecords>, log: (line: string) => void): Promise<PreparedTakeovers> {
+async function prepareTakeovers (records: ReturnType<typeof readConnectionRecords>, log: LogLine): Promise<PreparedTakeovers> {
   const [{ PreparedTakeovers }, { openStore }, { mountedFsType }] = await Promise.all([
     import('./mounts/prepared-takeovers.js'), import('../store/open-store.js'), import('../fs/fuse-binding.js')
   ])

@@ -23,16 +23,9 @@ import { releaseReadBuffers } from '../fs/kernel-fuse.js'
 import { StorePool } from './reading/store-pool.js'
 import type { HeldConnections } from '../holder/connection-keeper.js'
 import type { PreparedTakeovers } from './mounts/prepared-takeovers.js'
+import type { LogLine } from '../log-line.js'
+import { OVER_TARGET_DECODED_BYTES, OVER_TARGET_WRITE_BATCH } from './memory/upkeep-constants.js'
 
-/** The decoded-chunk cache's cap while the node is over its memory target (16 MiB otherwise). */
-const OVER_TARGET_DECODED_BYTES = 4 * 1024 * 1024
-/**
- * When a batch of new cache entries goes to lmdb while over the memory target
- * (250 ms or 16 MiB otherwise). The open entries are anonymous memory held
- * for the batch: a cold wave writes ~27 MB/s of frames, and at 250 ms the
- * open batch reached 12.5 MB in bench/node-memory.ts.
- */
-const OVER_TARGET_WRITE_BATCH = { delayMs: 50, maxBytes: 2 * 1024 * 1024 }
 
 export interface ServingPartsConfig {
   home: string
@@ -43,7 +36,7 @@ export interface ServingPartsConfig {
   mounts?: MountOptions
   keeper?: HeldConnections
   prepared?: PreparedTakeovers
-  log: (line: string) => void
+  log: LogLine
   /** Called after each part opens, with its name (the daemon's start phases). */
   mark?: (phase: string) => void
 }

@@ -20,6 +20,7 @@
  */
 import { constants as osConstants } from 'node:os'
 import { CacheIoError, CorruptObjectError, InternalError, LayerdError, NotFoundError, StoreUnavailableError, UnsupportedError, describeError } from '../errors.js'
+import type { LogLine } from '../log-line.js'
 
 const ERRNO = osConstants.errno as Record<string, number>
 const { EIO, ENOENT, ENOTSUP } = osConstants.errno
@@ -36,7 +37,7 @@ export interface FsErrorCounters {
 }
 
 export interface ErrnoBoundaryOptions {
-  log: (line: string) => void
+  log: LogLine
   /** Where chunks come from, named in store failures. */
   storeName: string
   /** Names the mount in log lines. */
@@ -129,7 +130,7 @@ export class ErrnoBoundary {
   }
 
   #emit (line: string): void {
-    try { this.#options.log(line) } catch { /* a broken logger must not break the fs */ }
+    try { this.#options.log(line, 'warn') } catch { /* a broken logger must not break the fs */ }
   }
 }
 

@@ -20,6 +20,7 @@ import { ImageView } from './image-view.js'
 import { adoptKernelFuse, kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters, type KernelFuseMount } from './kernel-fuse.js'
 import type { ConnectionKeeper, TreeSource } from './kernel-fuse-keeper.js'
 import type { KernelFuseTable } from './kernel-fuse-table.js'
+import type { LogLine } from '../log-line.js'
 
 /**
  * A mount's tree, view and metadata table built ahead (a planned restart
@@ -55,7 +56,7 @@ export interface MountImageOptions {
   tocs: readonly LayerToc[]
   reader: ChunkReader
   /** One line per event worth a human's attention (never per op). */
-  log: (line: string) => void
+  log: LogLine
   /** Overrides of {@link DEFAULT_FUSE_OPTIONS}. */
   fuse?: Partial<FuseMountOptions>
   /** The tree to serve, when the caller has it: `mergeLayers(tocs)`, or a split-off top layer (src/format/layer-split.ts). Default: merged here. */
@@ -124,7 +125,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   const tree = prepared?.tree ?? options.tree ?? mergeLayers(tocs)
   if (tree.conflicts.length > 0 && kept === undefined) {
     const first = tree.conflicts[0]!
-    log(`mount ${mountpoint}: ${tree.conflicts.length} TOC entries skipped, first: layer ${first.layer} ${JSON.stringify(first.path)}: ${first.reason}`)
+    log(`mount ${mountpoint}: ${tree.conflicts.length} TOC entries skipped, first: layer ${first.layer} ${JSON.stringify(first.path)}: ${first.reason}`, 'warn')
   }
   const view = prepared?.view ?? new ImageView(tree)
   const files = new FileReader(tocs, reader)
@@ -143,7 +144,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
       adopted = true
     } catch (err) {
       // The connection ends (its readers get ENOTCONN) and the path is mounted afresh.
-      log(`mount ${mountpoint}: ${describeError(err)}; mounting it again`)
+      log(`mount ${mountpoint}: ${describeError(err)}; mounting it again`, 'warn')
       keeper!.discard(kept)
       await prepareMountpoint(mountpoint, log)
     }
@@ -228,7 +229,7 @@ export async function canonicalPath (path: string): Promise<string> {
  * is mounted there, detach it if its daemon is gone (ENOTCONN, left by a
  * killed layerd), refuse if it is alive. Returns the canonical path.
  */
-async function prepareMountpoint (mountpoint: string, log: (line: string) => void): Promise<string> {
+async function prepareMountpoint (mountpoint: string, log: LogLine): Promise<string> {
   const canonical = await canonicalPath(mountpoint)
   const fstype = await mountedFsType(canonical)
   if (fstype === undefined) {
@@ -241,7 +242,7 @@ async function prepareMountpoint (mountpoint: string, log: (line: string) => voi
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
     if (code !== 'ENOTCONN' && code !== 'ECONNABORTED') throw new UsageError(`cannot mount at ${canonical}: ${describeError(err)}`, { cause: err })
-    log(`mount ${canonical}: cleaning a stale FUSE mount (${code}) left by a dead daemon`)
+    log(`mount ${canonical}: cleaning a stale FUSE mount (${code}) left by a dead daemon`, 'warn')
     await lazyUnmount(canonical)
     return canonical
   }

@@ -35,6 +35,7 @@ import { fetchFailureErrno } from './fuse-ops.js'
 import type { ImageView } from './image-view.js'
 import { encodeKernelFuseTable, type KernelFuseTable } from './kernel-fuse-table.js'
 import type { ConnectionKeeper, KeptConnection, TreeSource } from './kernel-fuse-keeper.js'
+import type { LogLine } from '../log-line.js'
 
 const EVENT_INIT = 1
 const EVENT_READ = 2
@@ -55,7 +56,7 @@ export interface KernelFuseContext {
   files: FileReader
   boundary: ErrnoBoundary
   /** One line per event worth a human's attention. */
-  log: (line: string) => void
+  log: LogLine
 }
 
 /** Counters of the server's own threads (requests it answered, by kind). */
@@ -166,7 +167,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
         ...(source === undefined ? {} : { source })
       })
     } catch (err) {
-      context.log(`mount ${mountpoint}: its FUSE connection is not kept, so it will not survive a daemon crash: ${describeError(err)}`)
+      context.log(`mount ${mountpoint}: its FUSE connection is not kept, so it will not survive a daemon crash: ${describeError(err)}`, 'warn')
     }
   }
   return servedMount(native, server, mountpoint, false, keeper)
@@ -208,7 +209,7 @@ export function adoptKernelFuse (mountpoint: string, context: KernelFuseContext,
   reads.server = server
   reads.live()
   const resendError = native.fuseServerInit(server).resendError
-  if (resendError !== null) context.log(`take over ${mountpoint}: FUSE_NOTIFY_RESEND failed (${resendError}): requests the dead daemon had read are not answered`)
+  if (resendError !== null) context.log(`take over ${mountpoint}: FUSE_NOTIFY_RESEND failed (${resendError}): requests the dead daemon had read are not answered`, 'warn')
   return servedMount(native, server, mountpoint, true, keeper)
 }
 
@@ -307,7 +308,7 @@ class ReadServer {
     try {
       return await this.#native.fuseServerInvalidate(this.server, Uint32Array.from(cold))
     } catch (err) {
-      this.#context.log(`reclaim: cannot drop the page cache of ${cold.length} file(s): ${describeError(err)}`)
+      this.#context.log(`reclaim: cannot drop the page cache of ${cold.length} file(s): ${describeError(err)}`, 'warn')
       return 0
     }
   }

@@ -26,6 +26,7 @@ import { BLOBS_PREFIX, GC_CLOCK_PREFIX, GC_CONDEMNED_PREFIX, GC_LEASES_PREFIX } 
 import type { ListedObject, ObjectStore } from '../store/object-store.js'
 import { decodeLease, encodeCondemned, newLeaseId, storeNow } from '../store/store-leases.js'
 import { inventory, kindOf, StoreGraph, type Marked, type ObjectKind } from './store-graph.js'
+import type { LogLine } from '../log-line.js'
 
 export const DEFAULT_GRACE_MS = 60 * 60 * 1000
 export const DEFAULT_REPACK_THRESHOLD = 0.5
@@ -53,7 +54,7 @@ export interface StoreGcOptions {
   repackThreshold?: number
   maxLeaseWaitMs?: number
   /** Progress lines. */
-  log?: (line: string) => void
+  log?: LogLine
 }
 
 export interface StoreGcResult {
@@ -131,7 +132,7 @@ export async function gcStore (store: ObjectStore, opts: StoreGcOptions = {}): P
  * expired. Leases written after this listing need no wait: their writers
  * read the condemned list. Returns how many leases were waited for. Async.
  */
-async function waitForLeases (store: ObjectStore, id: string, maxWaitMs: number, log: (line: string) => void): Promise<number> {
+async function waitForLeases (store: ObjectStore, id: string, maxWaitMs: number, log: LogLine): Promise<number> {
   const now = (await storeNow(store, id)).getTime()
   const waitFor = new Map<string, number>() // key → ttl
   for await (const o of store.listObjects(GC_LEASES_PREFIX)) {

@@ -22,6 +22,7 @@ import { join } from 'node:path'
 import { describeError } from '../errors.js'
 import type { ConnectionKeeper, ConnectionRecord, KeptConnection } from '../fs/kernel-fuse-keeper.js'
 import { fdStoreFromEnv, type FdStore } from './fd-stores.js'
+import type { LogLine } from '../log-line.js'
 
 export const CONNECTIONS_FILE = 'connections.json'
 const FILE_VERSION = 1
@@ -36,7 +37,7 @@ export function connectionName (mountpoint: string): string {
 export class HeldConnections implements ConnectionKeeper {
   readonly store: FdStore
   readonly #file: string
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #records: Map<string, ConnectionRecord>
   /** Kept by an earlier daemon, not yet taken: by mountpoint. */
   readonly #available = new Map<string, KeptConnection>()
@@ -50,7 +51,7 @@ export class HeldConnections implements ConnectionKeeper {
    * home's lock held (no other daemon changes the store). Sync; never
    * throws (a store that cannot list is logged, and nothing is taken over).
    */
-  static open (home: string, store: FdStore, log: (line: string) => void): HeldConnections {
+  static open (home: string, store: FdStore, log: LogLine): HeldConnections {
     return new HeldConnections(store, join(home, CONNECTIONS_FILE), log)
   }
 
@@ -58,11 +59,11 @@ export class HeldConnections implements ConnectionKeeper {
    * The fd store this process was started under (fd-stores.ts), or
    * undefined (none, or a malformed one: logged). Sync; never throws.
    */
-  static storeFromEnv (log: (line: string) => void): FdStore | undefined {
-    try { return fdStoreFromEnv() } catch (err) { log(`FUSE connections will not survive this daemon: ${describeError(err)}`); return undefined }
+  static storeFromEnv (log: LogLine): FdStore | undefined {
+    try { return fdStoreFromEnv() } catch (err) { log(`FUSE connections will not survive this daemon: ${describeError(err)}`, 'warn'); return undefined }
   }
 
-  constructor (store: FdStore, file: string, log: (line: string) => void) {
+  constructor (store: FdStore, file: string, log: LogLine) {
     this.store = store
     this.#file = file
     this.#log = log
@@ -70,7 +71,7 @@ export class HeldConnections implements ConnectionKeeper {
     try {
       store.onGone(why => {
         this.#storeGone = true
-        this.#log(`${describeError(why)}: FUSE connections will not survive this daemon`)
+        this.#log(`${describeError(why)}: FUSE connections will not survive this daemon`, 'warn')
       })
     } catch (err) { this.#storeDown(err) }
     let held = new Map<string, number>()
@@ -148,7 +149,7 @@ export class HeldConnections implements ConnectionKeeper {
   #storeDown (err: unknown): void {
     if (this.#storeFailed) return
     this.#storeFailed = true
-    this.#log(`the ${this.store.kind} fd store failed: FUSE connections may not survive this daemon: ${describeError(err)}`)
+    this.#log(`the ${this.store.kind} fd store failed: FUSE connections may not survive this daemon: ${describeError(err)}`, 'warn')
   }
 
   #save (): void {
@@ -158,7 +159,7 @@ export class HeldConnections implements ConnectionKeeper {
       writeFileSync(tmp, JSON.stringify(body) + '\n', { mode: 0o600 })
       renameSync(tmp, this.#file)
     } catch (err) {
-      this.#log(`cannot write ${this.#file}: a restarted daemon may not take over its mounts: ${describeError(err)}`)
+      this.#log(`cannot write ${this.#file}: a restarted daemon may not take over its mounts: ${describeError(err)}`, 'warn')
     }
   }
 }
@@ -168,12 +169,12 @@ export class HeldConnections implements ConnectionKeeper {
  * anything (a planned restart's new daemon reads them while the old one
  * serves: src/daemon/mounts/prepared-takeovers.ts). Sync; never throws.
  */
-export function readConnectionRecords (home: string, log: (line: string) => void): ConnectionRecord[] {
+export function readConnectionRecords (home: string, log: LogLine): ConnectionRecord[] {
   return [...readRecords(join(home, CONNECTIONS_FILE), log).values()]
 }
 
 /** The records of `file`; none (logged) when it is missing, unreadable or of another version. */
-function readRecords (file: string, log: (line: string) => void): Map<string, ConnectionRecord> {
+function readRecords (file: string, log: LogLine): Map<string, ConnectionRecord> {
   let text: string
   try { text = readFileSync(file, 'utf8') } catch { return new Map() }
   try {
@@ -185,7 +186,7 @@ function readRecords (file: string, log: (line: string) => void): Map<string, Co
     }
     return out
   } catch (err) {
-    log(`ignoring ${file}: ${describeError(err)}`)
+    log(`ignoring ${file}: ${describeError(err)}`, 'warn')
     return new Map()
   }
 }

@@ -41,6 +41,7 @@ import { releaseHolderPidFile, takeHolderPidFile } from './holder-pid-file.js'
 import { KeptFds } from './kept-fds.js'
 import { startLayerdChild, type LayerdRole } from './layerd-child.js'
 import { HEALTHY_MS, isFinalExit, restartDelayMs } from './restart-policy.js'
+import type { LogLine } from '../log-line.js'
 
 /**
  * The first layerd a holder starts was started for a client that is about to
@@ -58,7 +59,7 @@ export interface HolderOptions {
   daemonEntry: string
   /** Flags for layerd after `--foreground --home HOME`. */
   daemonArgs: string[]
-  log: (line: string) => void
+  log: LogLine
   /**
    * Keep a warm standby layerd (loaded, holding nothing, blocked until told
    * to take over) while one serves, so a crash costs no module loading.
@@ -135,7 +136,7 @@ export class Holder {
     const adopt = this.#opts.adopt
     if (this.#opts.niceBack !== undefined) {
       // Before anything that starts a thread or a layerd: both inherit the calling thread's nice value.
-      try { setProcessNice(this.#opts.niceBack) } catch (err) { this.#opts.log(`holder: cannot go back to nice ${this.#opts.niceBack}: ${describeError(err)}`) }
+      try { setProcessNice(this.#opts.niceBack) } catch (err) { this.#opts.log(`holder: cannot go back to nice ${this.#opts.niceBack}: ${describeError(err)}`, 'warn') }
     }
     const adopted = adopt === undefined ? undefined : watchAdopted(adopt)
     try {
@@ -236,7 +237,7 @@ export class Holder {
     if (current) this.#current = g
     if (as === 'standby') this.#standby = g
     this.#opts.log(`holder ${process.pid}: started layerd ${child.pid ?? '?'} (${this.#entry})${as === 'next' ? ' to take over from the running one' : as === 'standby' ? ' as a warm standby' : ''}`)
-    child.on('error', err => this.#opts.log(`holder: cannot start layerd: ${describeError(err)}`))
+    child.on('error', err => this.#opts.log(`holder: cannot start layerd: ${describeError(err)}`, 'warn'))
     child.on('exit', (code, signal) => this.#exited(g, code, signal))
     this.#serveFdStore(g)
     return g
@@ -254,7 +255,7 @@ export class Holder {
       // A planned restart's new layerd died before serving: the restart fails; the old one serves on, or is restarted below.
       this.#next = undefined
       for (const w of this.#readyWaiters.splice(0)) w.reject(new HolderError(`the new layerd ${g.child.pid ?? '?'} ${how} before serving; see ${join(this.#opts.home, 'layerd.log')}`))
-      if (this.#current !== undefined || this.#stopping) { this.#opts.log(`holder: the new layerd ${g.child.pid ?? '?'} ${how} before serving`); return }
+      if (this.#current !== undefined || this.#stopping) { this.#opts.log(`holder: the new layerd ${g.child.pid ?? '?'} ${how} before serving`, 'warn'); return }
     } else if (this.#current === g) {
       this.#current = undefined
       if (this.#next !== undefined) {
@@ -266,7 +267,7 @@ export class Holder {
       return
     }
     if (this.#stopping || (isFinalExit(code) && this.#planned === undefined)) {
-      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}; the holder stops`)
+      this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}; the holder stops`, 'warn')
       this.#finish(this.#stopping ? HOLDER_EXIT.OK : code ?? HOLDER_EXIT.FAILURE)
       return
     }
@@ -282,12 +283,12 @@ export class Holder {
       this.#standby = undefined
       this.#current = standby
       this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${code === LAYERD_EXIT.FATAL ? ' (a fatal error: its cause is logged above)' : ''}; ` +
-        `the warm standby layerd ${standby.child.pid ?? '?'} takes over; ${this.#fds.size} connection(s) kept`)
+        `the warm standby layerd ${standby.child.pid ?? '?'} takes over; ${this.#fds.size} connection(s) kept`, 'warn')
       this.#letTakeOver(standby)
       return
     }
     this.#opts.log(`holder: layerd ${g.child.pid ?? '?'} ${how}${planned ? ' (handover)' : code === LAYERD_EXIT.FATAL ? ' (a fatal error: its cause is logged above)' : ''}; ` +
-      `starting a new one${delay > 0 ? ` in ${delay} ms (${this.#failures} failed start(s) in a row)` : ''}; ${this.#fds.size} connection(s) kept`)
+      `starting a new one${delay > 0 ? ` in ${delay} ms (${this.#failures} failed start(s) in a row)` : ''}; ${this.#fds.size} connection(s) kept`, 'warn')
     setTimeout(() => { if (!this.#stopping) this.#spawn() }, delay)
   }
 
@@ -318,14 +319,14 @@ export class Holder {
     const next = (): void => {
       this.#native.fdRecvAsync(g.sock, MAX_MESSAGE_BYTES, (err, m) => {
         if (err !== null || m === null) {
-          if (err !== null && err.code !== 'ECONNRESET') this.#opts.log(`holder: the fd socket of layerd ${g.child.pid ?? '?'} failed: ${describeError(err)}`)
+          if (err !== null && err.code !== 'ECONNRESET') this.#opts.log(`holder: the fd socket of layerd ${g.child.pid ?? '?'} failed: ${describeError(err)}`, 'warn')
           closeSync(g.sock)
           return
         }
         try {
           this.#answer(g, m.data, m.fds)
         } catch (e) {
-          this.#opts.log(`holder: answering layerd ${g.child.pid ?? '?'}: ${describeError(e)}`)
+          this.#opts.log(`holder: answering layerd ${g.child.pid ?? '?'}: ${describeError(e)}`, 'warn')
         }
         next()
       })

@@ -18,6 +18,7 @@ import { getPriority, setPriority } from 'node:os'
 import { describeError } from '../errors.js'
 import type { NativeFdPassing } from '../native.js'
 import { HOLDER_FD_ENV, HOLDER_SERVE_NICE_ENV, HOLDER_STANDBY_ENV } from './fd-store-protocol.js'
+import type { LogLine } from '../log-line.js'
 
 const PREPARING_NICE_STEP = 10
 
@@ -32,7 +33,7 @@ export interface LayerdChildOptions {
   daemonArgs: string[]
   role: LayerdRole
   native: Pick<NativeFdPassing, 'fdSocketPair'>
-  log: (line: string) => void
+  log: LogLine
 }
 
 /** The child and the holder's end of its fd socket. Sync (the spawn's own errors arrive as the child's 'error'). */
@@ -51,7 +52,7 @@ export function startLayerdChild ({ entry, home, daemonArgs, role, native, log }
   }
   // Its main thread, at once: the threads it starts from there on inherit it; it sets them all back when it takes over.
   if (serveNice !== undefined && child.pid !== undefined) {
-    try { setPriority(child.pid, Math.min(19, serveNice + PREPARING_NICE_STEP)) } catch (err) { log(`holder: cannot nice layerd ${child.pid}: ${describeError(err)}`) }
+    try { setPriority(child.pid, Math.min(19, serveNice + PREPARING_NICE_STEP)) } catch (err) { log(`holder: cannot nice layerd ${child.pid}: ${describeError(err)}`, 'warn') }
   }
   return { child, sock: mine }
 }

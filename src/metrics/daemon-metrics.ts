@@ -14,6 +14,7 @@ import { createServer, type Server } from 'node:http'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { parseMetricsAddr } from './metrics-addr.js'
 import { fuseReads, sandboxCreates, SANDBOX_CREATE_BUCKETS, storeRequests, STORE_OPS, STORE_RESULTS, type PlainHistogram } from './counters.js'
+import type { LogLine } from '../log-line.js'
 
 /** What the daemon gives the registry to read at scrape time. */
 export interface MetricSources {
@@ -125,7 +126,7 @@ export function createDaemonRegistry (sources: MetricSources): Registry {
 export { parseMetricsAddr }
 
 /** Serve GET /metrics on `addr`. Async; resolves once listening, with the bound port and a close(). */
-export async function serveMetrics (registry: Registry, addr: string, log: (line: string) => void): Promise<{ port: number, close: () => Promise<void> }> {
+export async function serveMetrics (registry: Registry, addr: string, log: LogLine): Promise<{ port: number, close: () => Promise<void> }> {
   const { host, port } = parseMetricsAddr(addr)
   const server: Server = createServer((req, res) => {
     if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
@@ -135,7 +136,7 @@ export async function serveMetrics (registry: Registry, addr: string, log: (line
     registry.metrics().then(body => {
       res.writeHead(200, { 'content-type': registry.contentType }).end(body)
     }, (err: unknown) => {
-      log(`metrics scrape failed: ${(err as Error).message}`)
+      log(`metrics scrape failed: ${(err as Error).message}`, 'warn')
       res.writeHead(500, { 'content-type': 'text/plain' }).end('scrape failed\n')
     })
   })

@@ -13,12 +13,11 @@ export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 export type LogFormat = 'text' | 'json'
 const LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error']
 
+/** A LogLine (src/log-line.ts), plus `at` for a line with structured fields (JSON format). */
 export interface Logger {
-  (msg: string): void
+  (line: string, level?: LogLevel): void
   at: (level: LogLevel, msg: string, fields?: Record<string, unknown>) => void
 }
-
-const WARN_RE = /\b(fail(ed|s)?|cannot|error|refus|corrupt|unhandled|lost)\b/i
 
 export function parseLogLevel (s: string): LogLevel {
   if ((LEVELS as readonly string[]).includes(s)) return s as LogLevel
@@ -40,7 +39,7 @@ export function createLogger (format: LogFormat, min: LogLevel, write: (line: st
       ? JSON.stringify({ time, level, msg, ...fields }) + '\n'
       : `${time} ${level === 'info' ? '' : `${level.toUpperCase()} `}${msg}\n`)
   }
-  const log = ((msg: string) => { at(WARN_RE.test(msg) ? 'warn' : 'info', msg) }) as Logger
+  const log = ((msg: string, level: LogLevel = 'info') => { at(level, msg) }) as Logger
   log.at = at
   return log
 }

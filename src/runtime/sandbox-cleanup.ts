@@ -14,6 +14,7 @@ import { removeSandboxOverlay } from './overlay/sandbox-overlay.js'
 import { SandboxCgroup } from './process/sandbox-cgroup.js'
 import type { NodeDb } from '../state/node-db.js'
 import { SandboxRegistry, type SandboxRecord } from './sandbox-registry.js'
+import type { LogLine } from '../log-line.js'
 
 /** Kill what still runs in the sandbox and remove its cgroup, runtime state, mounts and files. */
 export async function cleanupSandbox (r: SandboxRecord): Promise<void> {
@@ -38,12 +39,12 @@ export async function cleanupSandbox (r: SandboxRecord): Promise<void> {
  * and its record. Async; never throws: a sandbox that cannot be removed is
  * logged, counted in `failed` and left for the next sweep.
  */
-export async function removeOrphanedSandboxes (db: NodeDb, log: (line: string) => void): Promise<{ removed: string[], failed: number }> {
+export async function removeOrphanedSandboxes (db: NodeDb, log: LogLine): Promise<{ removed: string[], failed: number }> {
   const registry = new SandboxRegistry(db)
   const removed: string[] = []
   let failed = 0
   for (const r of registry.list().filter(x => SandboxRegistry.status(x) === 'orphaned')) {
-    try { await cleanupSandbox(r); registry.remove(r.id); removed.push(r.id) } catch (err) { failed++; log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`) }
+    try { await cleanupSandbox(r); registry.remove(r.id); removed.push(r.id) } catch (err) { failed++; log(`removing orphaned sandbox ${r.id}: ${(err as Error).message}`, 'warn') }
   }
   return { removed, failed }
 }

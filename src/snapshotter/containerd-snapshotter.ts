@@ -22,6 +22,7 @@ import { OnDemandSocket } from './on-demand-socket.js'
 
 /** The proxy plugin's name in containerd's config, and so the `--snapshotter` value. */
 import { snapshotterSocketPath } from './snapshotter-paths.js'
+import type { LogLine } from '../log-line.js'
 export { SNAPSHOTTER_NAME, snapshotterSocketPath } from './snapshotter-paths.js'
 
 export interface ContainerdSnapshotterDeps {
@@ -31,7 +32,7 @@ export interface ContainerdSnapshotterDeps {
   stores: StorePool
   /** The store remote snapshots are served from. */
   store: StoreLocation
-  log: (line: string) => void
+  log: LogLine
 }
 
 /**
@@ -48,7 +49,7 @@ export async function containerdSnapshotterService (parts: DaemonParts, store: S
     return { close: running.close, handlers: pullHandlers(parts.stores, running.preload, chainId => { running.snapshotter.warm(chainId) }) }
   } catch (err) {
     if (!(err instanceof UnsupportedError)) throw err
-    parts.log(`containerd snapshotter not started: ${err.message}`)
+    parts.log(`containerd snapshotter not started: ${err.message}`, 'warn')
     const reason = err.message
     return { close: async () => {}, handlers: { containerdPull: async () => { throw new UnsupportedError(`containerdPull: this layerd's containerd snapshotter did not start: ${reason}`) } } }
   }

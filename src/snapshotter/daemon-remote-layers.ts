@@ -16,13 +16,14 @@ import { chainIdOf } from './chain-id.js'
 import { TARGET_SNAPSHOT_REF_LABEL, type RemoteLayers, type SnapshotUsage } from './layerd-snapshotter.js'
 import { findLayerForLabels } from './layer-lookup.js'
 import type { RemoteChain, SnapshotRecord } from '../state/containerd-snapshot-table.js'
+import type { LogLine } from '../log-line.js'
 
 export class DaemonRemoteLayers implements RemoteLayers {
   constructor (
     private readonly mounts: MountManager,
     private readonly stores: StorePool,
     private readonly store: StoreLocation,
-    private readonly log: (line: string) => void
+    private readonly log: LogLine
   ) {}
 
   async resolve (labels: Record<string, string>, parent: SnapshotRecord | undefined): Promise<RemoteChain | undefined> {
@@ -35,7 +36,7 @@ export class DaemonRemoteLayers implements RemoteLayers {
     const parentChain = parent?.labels[TARGET_SNAPSHOT_REF_LABEL] as Digest | undefined
     const expected = chainIdOf(parentChain, found.toc.diffId as Digest)
     if (expected !== target) {
-      this.log(`remote snapshot ${target}: layer ${found.digest} (found by ${found.via}) has diff_id ${found.toc.diffId}, which makes chain ${expected}: not served remotely`)
+      this.log(`remote snapshot ${target}: layer ${found.digest} (found by ${found.via}) has diff_id ${found.toc.diffId}, which makes chain ${expected}: not served remotely`, 'warn')
       return undefined
     }
     return { ...this.store, layers: [...(parent?.remote?.layers ?? []), found.digest] }

@@ -31,6 +31,7 @@ import { NotFoundError, UsageError, describeError } from '../errors.js'
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError } from './snapshot-errors.js'
 import { snapshotFilter } from './snapshot-filters.js'
 import { ContainerdSnapshotTable, type RemoteChain, type SnapshotKind, type SnapshotRecord } from '../state/containerd-snapshot-table.js'
+import type { LogLine } from '../log-line.js'
 
 /** containerd's label naming the committed snapshot a Prepare may resolve to (remote-snapshotter protocol). */
 export const TARGET_SNAPSHOT_REF_LABEL = 'containerd.io/snapshot.ref'
@@ -83,14 +84,14 @@ export interface SnapshotterOptions {
   root: string
   records: ContainerdSnapshotTable
   remote: RemoteLayers
-  log: (line: string) => void
+  log: LogLine
 }
 
 export class LayerdSnapshotter {
   readonly #root: string
   readonly #records: ContainerdSnapshotTable
   readonly #remote: RemoteLayers
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #mounting = new Map<string, Promise<string[]>>()
 
   constructor (opts: SnapshotterOptions) {
@@ -165,7 +166,7 @@ export class LayerdSnapshotter {
     try {
       await rm(this.dirOf(r.id), { recursive: true, force: true })
     } catch (err) {
-      this.#log(`snapshot ${key} removed; its directory ${this.dirOf(r.id)} is left for cleanup: ${describeError(err)}`)
+      this.#log(`snapshot ${key} removed; its directory ${this.dirOf(r.id)} is left for cleanup: ${describeError(err)}`, 'warn')
     }
   }
 
@@ -235,7 +236,7 @@ export class LayerdSnapshotter {
         await rm(dir, { recursive: true, force: true })
         removed++
       } catch (err) {
-        this.#log(`cleanup of ${dir}: ${describeError(err)}`)
+        this.#log(`cleanup of ${dir}: ${describeError(err)}`, 'warn')
       }
     }
     return { removed }
@@ -252,7 +253,7 @@ export class LayerdSnapshotter {
       if (r.kind === 'committed' || r.parent === '') continue
       const p = this.#records.get(r.parent)
       if (p?.remote === undefined) continue
-      try { await this.#ensureMounted(p); mounted++ } catch (err) { this.#log(`remounting remote snapshot ${p.key}: ${describeError(err)}`) }
+      try { await this.#ensureMounted(p); mounted++ } catch (err) { this.#log(`remounting remote snapshot ${p.key}: ${describeError(err)}`, 'warn') }
     }
     return mounted
   }
@@ -267,7 +268,7 @@ export class LayerdSnapshotter {
   warm (target: string): void {
     const r = this.#records.all().find(x => x.remote !== undefined && x.kind === 'committed' && x.labels[TARGET_SNAPSHOT_REF_LABEL] === target)
     if (r === undefined) return
-    this.#ensureMounted(r).catch(err => { this.#log(`mounting remote snapshot ${r.key} ahead of its first container: ${describeError(err)}`) })
+    this.#ensureMounted(r).catch(err => { this.#log(`mounting remote snapshot ${r.key} ahead of its first container: ${describeError(err)}`, 'warn') })
   }
 
   #get (key: string): SnapshotRecord {
@@ -297,7 +298,7 @@ export class LayerdSnapshotter {
     try {
       chain = await this.#remote.resolve(labels, parentRecord)
     } catch (err) {
-      this.#log(`remote snapshot ${target}: layerd cannot serve it (${describeError(err)}); preparing an ordinary snapshot`)
+      this.#log(`remote snapshot ${target}: layerd cannot serve it (${describeError(err)}); preparing an ordinary snapshot`, 'warn')
       return
     }
     if (chain === undefined) return

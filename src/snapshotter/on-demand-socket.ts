@@ -16,6 +16,7 @@
  */
 import { chmodSync, rmSync } from 'node:fs'
 import { createServer, type Server, type Socket } from 'node:net'
+import type { LogLine } from '../log-line.js'
 
 /** What serves the connections once loaded. */
 export interface SocketHandler {
@@ -28,13 +29,13 @@ export interface SocketHandler {
 export class OnDemandSocket {
   readonly #path: string
   readonly #load: () => Promise<SocketHandler>
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   #server: Server | undefined
   #handler: Promise<SocketHandler> | undefined
   #closed = false
 
   /** `load` builds the handler; it is called on the first connection (again after a failure). */
-  constructor (path: string, load: () => Promise<SocketHandler>, log: (line: string) => void) {
+  constructor (path: string, load: () => Promise<SocketHandler>, log: LogLine) {
     this.#path = path
     this.#load = load
     this.#log = log
@@ -51,7 +52,7 @@ export class OnDemandSocket {
       server.once('error', reject)
       server.listen(this.#path, () => { server.off('error', reject); resolve() })
     })
-    server.on('error', err => { this.#log(`${this.#path}: ${err.message}`) })
+    server.on('error', err => { this.#log(`${this.#path}: ${err.message}`, 'warn') })
     chmodSync(this.#path, 0o600)
     this.#server = server
   }
@@ -76,7 +77,7 @@ export class OnDemandSocket {
       // One log line per failed load; the next connection loads again.
       if (this.#handler === handler) {
         this.#handler = undefined
-        this.#log(`${this.#path}: cannot load its server: ${(err as Error)?.message ?? String(err)}`)
+        this.#log(`${this.#path}: cannot load its server: ${(err as Error)?.message ?? String(err)}`, 'warn')
       }
     })
     return handler

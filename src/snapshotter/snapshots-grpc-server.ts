@@ -19,6 +19,7 @@ import { containerdService } from './containerd-protos.js'
 import type { LayerdSnapshotter, SnapshotInfo, SnapshotMount } from './layerd-snapshotter.js'
 import type { SocketHandler } from './on-demand-socket.js'
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError } from './snapshot-errors.js'
+import type { LogLine } from '../log-line.js'
 
 /** Infos per List message: containerd's own service batches by size; 100 keeps a message well under the 4 MiB limit with 4 KiB labels. */
 const LIST_BATCH = 100
@@ -54,13 +55,13 @@ function wireMounts (mounts: SnapshotMount[]): unknown {
 type Unary = (call: grpc.ServerUnaryCall<any, any>, callback: grpc.sendUnaryData<any>) => void
 
 /** A unary handler: `fn`'s result or its error as a status; a failure is logged unless it is one containerd expects. */
-function unary (log: (line: string) => void, name: string, fn: (req: any) => Promise<unknown> | unknown): Unary {
+function unary (log: LogLine, name: string, fn: (req: any) => Promise<unknown> | unknown): Unary {
   return (call, callback) => {
     Promise.resolve().then(async () => await fn(call.request)).then(
       value => callback(null, value ?? {}),
       err => {
         const status = toStatus(err)
-        if (status.code === grpc.status.UNKNOWN) log(`snapshots ${name}: ${describeError(err)}`)
+        if (status.code === grpc.status.UNKNOWN) log(`snapshots ${name}: ${describeError(err)}`, 'warn')
         callback(status, null)
       })
   }
@@ -71,7 +72,7 @@ export class SnapshotsGrpcServer implements SocketHandler {
   #injector: ReturnType<grpc.Server['createConnectionInjector']> | undefined
   #closed = false
 
-  constructor (snapshotter: LayerdSnapshotter, log: (line: string) => void) {
+  constructor (snapshotter: LayerdSnapshotter, log: LogLine) {
     const s = snapshotter
     const labelsOf = (req: { labels?: Record<string, string> }): Record<string, string> => ({ ...(req.labels ?? {}) })
     this.#server.addService(containerdService('snapshots').definition, {

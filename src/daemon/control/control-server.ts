@@ -25,6 +25,7 @@ import {
   BadRequestError, MAX_REQUEST_BYTES, type ControlError, type ControlHandlers, type ControlRequest, type ControlResponse
 } from '../client/control-protocol.js'
 import { checkRequestLine } from './control-request.js'
+import type { LogLine } from '../../log-line.js'
 
 /** sun_path is 108 bytes on Linux, NUL included. */
 export const MAX_SOCKET_PATH_BYTES = 107
@@ -37,10 +38,10 @@ export class ControlServer {
   readonly #handlers: ControlHandlers
   readonly #sockets = new Set<Socket>()
   #server: Server | undefined
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #utf8 = new TextDecoder('utf-8', { fatal: true })
 
-  constructor (handlers: ControlHandlers, log: (line: string) => void) {
+  constructor (handlers: ControlHandlers, log: LogLine) {
     this.#handlers = handlers
     this.#log = log
   }
@@ -61,7 +62,7 @@ export class ControlServer {
       const previous = process.umask(0o177)
       try { server.listen(path, () => { server.off('error', reject); resolve() }) } finally { process.umask(previous) }
     })
-    server.on('error', err => this.#log(`control socket ${path}: ${err.message}`))
+    server.on('error', err => this.#log(`control socket ${path}: ${err.message}`, 'warn'))
     await chmod(path, 0o600)
     this.#server = server
   }
@@ -124,7 +125,7 @@ export class ControlServer {
     try {
       return { id: req.id, result: (await this.#dispatch(req)) ?? null }
     } catch (err) {
-      if (!(err instanceof LayerdError)) this.#log(`control ${req.method}: ${(err as Error)?.stack ?? String(err)}`)
+      if (!(err instanceof LayerdError)) this.#log(`control ${req.method}: ${(err as Error)?.stack ?? String(err)}`, 'warn')
       return failure(req.id, err)
     }
   }
@@ -139,7 +140,7 @@ export class ControlServer {
     try {
       return JSON.stringify(r) + '\n'
     } catch (err) {
-      this.#log(`control response ${String(r.id)} cannot be serialized: ${(err as Error).stack ?? String(err)}`)
+      this.#log(`control response ${String(r.id)} cannot be serialized: ${(err as Error).stack ?? String(err)}`, 'warn')
       return JSON.stringify(failure(r.id, new InternalError(`the answer cannot be serialized: ${(err as Error).message}`))) + '\n'
     }
   }

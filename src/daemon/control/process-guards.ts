@@ -50,7 +50,7 @@ export function expectRejections (isExpected: (reason: unknown) => boolean): voi
  * nothing). `log` must write synchronously (stderr to a file or pipe does),
  * so the cause is on disk before a fatal exit.
  */
-export function installProcessGuards (log: (line: string) => void, fatalExitCode: number): void {
+export function installProcessGuards (log: LogLine, fatalExitCode: number): void {
   if (installed) return
   installed = true
   // A log write that fails (EIO, ENOSPC on the log's disk) emits 'error': drop it.
@@ -60,13 +60,13 @@ export function installProcessGuards (log: (line: string) => void, fatalExitCode
     if (expected.some(isExpected => { try { return isExpected(reason) } catch { return false } })) { expectedRejections++; return }
     unhandledRejections++
     if (unhandledRejections <= LOGGED_WITH_STACK) {
-      log(`unhandled rejection #${unhandledRejections} (a bug; layerd goes on serving): ${describe(reason)}`)
+      log(`unhandled rejection #${unhandledRejections} (a bug; layerd goes on serving): ${describe(reason)}`, 'warn')
     } else if (unhandledRejections % LOG_EVERY_AFTER === 0) {
-      log(`${unhandledRejections} unhandled rejections so far; the latest: ${describe(reason).split('\n')[0] ?? ''}`)
+      log(`${unhandledRejections} unhandled rejections so far; the latest: ${describe(reason).split('\n')[0] ?? ''}`, 'warn')
     }
   })
   process.on('uncaughtException', (err, origin) => {
-    try { log(`fatal: ${origin === 'uncaughtException' ? 'uncaught exception' : origin}, exiting with code ${fatalExitCode}: ${describe(err)}`) } finally {
+    try { log(`fatal: ${origin === 'uncaughtException' ? 'uncaught exception' : origin}, exiting with code ${fatalExitCode}: ${describe(err)}`, 'error') } finally {
       process.exit(fatalExitCode)
     }
   })
@@ -84,3 +84,5 @@ function describe (reason: unknown): string {
   }
   try { return `a non-Error value: ${String(reason)}` } catch { return 'a non-Error value' }
 }
+
+import type { LogLine } from '../../log-line.js'

@@ -3,20 +3,24 @@
  * runs a collection each time its anonymous memory grew by
  * collectGrowthBytes, never under it, and tells its owner when use crosses
  * the target either way. The gauge is a reading the test sets; the memory is
- * real (filled buffers; the reclaimer reads /proc/self/statm).
+ * real (filled buffers; the reclaimer reads /proc/self/statm); time is a
+ * ManualClock, so each step says how long passes without waiting for it.
  */
 import t, { type Test } from 'tap'
 import type { MemoryReading } from '../../host/memory-pressure.js'
+import { ManualClock } from '../../../fixtures/manual-clock.js'
 import { MemoryReclaimer } from './memory-reclaimer.js'
 
 const MIB = 1024 * 1024
-const tick = async (ms: number): Promise<void> => await new Promise(resolve => setTimeout(resolve, ms))
 
 t.test('MemoryReclaimer collects on anonymous memory growth only while over the target, and reports crossings', async t => {
   let reading: MemoryReading = { usedBytes: 10 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }
   let collections = 0
   const crossings: boolean[] = []
+  const clock = new ManualClock()
+  const tick = async (ms: number): Promise<void> => { await clock.advance(ms) }
   const reclaimer = new MemoryReclaimer({
+    clock,
     gauge: { source: 'test', read: () => reading },
     targetBytes: 100 * MIB,
     settle: async () => {},
@@ -58,7 +62,10 @@ t.test('MemoryReclaimer keeps collecting on growth while a pass (a slow settle) 
   let collections = 0
   let settles = 0
   let endSettle!: () => void
+  const clock = new ManualClock()
+  const tick = async (ms: number): Promise<void> => { await clock.advance(ms) }
   const reclaimer = new MemoryReclaimer({
+    clock,
     gauge: { source: 'test', read: () => ({ usedBytes: 200 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
     targetBytes: 100 * MIB,
     // The first pass settles, and this settle lasts until the test ends it.
@@ -85,9 +92,12 @@ t.test('MemoryReclaimer keeps collecting on growth while a pass (a slow settle) 
  * counted; the periodic settle only once (the first pass over the target), so
  * any later settle is a burst's. `burst(n)`: n reads over 150 ms.
  */
-function burstWatch (t: Test, gapMs: number, over: () => boolean = () => true): { counts: { reads: number, settles: number, flushes: number }, reclaimer: MemoryReclaimer, burst: (n: number) => Promise<void> } {
+function burstWatch (t: Test, gapMs: number, over: () => boolean = () => true): { counts: { reads: number, settles: number, flushes: number }, reclaimer: MemoryReclaimer, burst: (n: number) => Promise<void>, tick: (ms: number) => Promise<void>, clock: ManualClock } {
   const counts = { reads: 0, settles: 0, flushes: 0 }
+  const clock = new ManualClock()
+  const tick = async (ms: number): Promise<void> => { await clock.advance(ms) }
   const reclaimer = new MemoryReclaimer({
+    clock,
     gauge: { source: 'test', read: () => ({ usedBytes: over() ? 200 * MIB : 10 * MIB, limitBytes: 1024 * MIB, psiSomeAvg10: 0 }) },
     targetBytes: 100 * MIB,
     settle: async () => { counts.settles++ },
@@ -103,12 +113,12 @@ function burstWatch (t: Test, gapMs: number, over: () => boolean = () => true): 
   })
   t.teardown(() => reclaimer.close())
   const burst = async (n: number): Promise<void> => { for (let i = 0; i < 10; i++) { counts.reads += n / 10; await tick(15) } }
-  return { counts, reclaimer, burst }
+  return { counts, reclaimer, burst, tick, clock }
 }
 
 t.test('MemoryReclaimer settles, and drops the pages a burst wrote, as soon as a burst of chunk reads ends over the target', async t => {
   let over = true
-  const { counts, reclaimer, burst } = burstWatch(t, 100, () => over)
+  const { counts, reclaimer, burst, tick } = burstWatch(t, 100, () => over)
   await tick(60)
   t.equal(counts.settles, 1, 'the first pass over the target settles')
   t.equal(counts.flushes, 0, 'the periodic settle leaves the pages just written (hits during a burst read them)')
@@ -129,19 +139,19 @@ t.test('MemoryReclaimer settles, and drops the pages a burst wrote, as soon as a
 })
 
 t.test('MemoryReclaimer settles at a burst\'s end at once after a periodic settle during the burst; the gap counts from the last burst\'s settle', async t => {
-  const { counts, reclaimer, burst } = burstWatch(t, 1000)
+  const { counts, reclaimer, burst, tick, clock } = burstWatch(t, 1000)
   await tick(20)
-  const started = performance.now()
+  const started = clock.now()
   await burst(500)
   t.equal(counts.settles, 1, 'the periodic settle came during the burst')
   await tick(150)
-  t.equal(counts.settles, 2, `the burst ended ${(performance.now() - started).toFixed(0)} ms after the periodic settle: settled at once, not after the 1 s gap`)
+  t.equal(counts.settles, 2, `the burst ended ${(clock.now() - started).toFixed(0)} ms after the periodic settle: settled at once, not after the 1 s gap`)
   t.equal(counts.flushes, 1, 'with its pages flushed')
-  const second = performance.now()
+  const second = clock.now()
   await burst(500)
   await tick(150)
   t.equal(counts.settles, 2, 'a second burst ending within 1 s of the first one\'s settle waits out the gap')
-  await tick(Math.max(0, 1100 - (performance.now() - second)))
+  await tick(Math.max(0, 1100 - (clock.now() - second)))
   t.equal(counts.settles, 3, 'and settles once it is over')
   t.equal(reclaimer.stats.burstEnds, 2, 'two burst ends')
 })

@@ -62,6 +62,9 @@ import type { MemoryGauge, MemoryReading } from '../../host/memory-pressure.js'
 import type { ReclaimStats } from '../client/control-protocol.js'
 import { nativeMemory } from '../../native.js'
 import { dropColdPageCache } from '../../fs/kernel-fuse.js'
+import type { LogLine } from '../../log-line.js'
+import { REAL_CLOCK, type UpkeepClock } from './upkeep-clock.js'
+import { BURST_MIN_READS, BURST_QUIET_MS, BURST_SETTLE_GAP_MS, COLLECT_CHECK_MS, COLLECT_GROWTH_BYTES, RECLAIM_COLD_MS, RECLAIM_INTERVAL_MS, RECLAIM_PSI_THRESHOLD, RECLAIM_SETTLE_EVERY_MS } from './upkeep-constants.js'
 
 export interface MemoryReclaimerOptions {
   gauge: MemoryGauge
@@ -73,49 +76,43 @@ export interface MemoryReclaimerOptions {
   overTargetChanged?: (over: boolean) => void
   /** One full GC and a malloc_trim (MemorySettler.collect). */
   collect?: () => void
-  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 2 MiB (8 MiB left layerd ~14 MB above its floor at the node's peak in a 4 s cold wave, bench/README.md "Session 24"; 2 against 4 MiB, with the 250 ms page drop: node peak −40.0% against −37.7% in the same turns, session 27). */
+  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default COLLECT_GROWTH_BYTES (upkeep-constants.ts). */
   collectGrowthBytes?: number
-  /** How often anonymous memory growth is looked at while over the target. Default 50 ms. */
+  /** How often anonymous memory growth is looked at while over the target. Default COLLECT_CHECK_MS (upkeep-constants.ts). */
   collectCheckMs?: number
   /** A counter that moves with the mounts' chunk reads (cache hits + misses): a burst's end settles at once. Default: none (no burst ends). */
   activity?: () => number
-  /** Reads of `activity` that make a burst. Default 256 (a cold wave makes ~19,000; a warm sandbox a few dozen). */
+  /** Reads of `activity` that make a burst. Default BURST_MIN_READS (upkeep-constants.ts). */
   burstMinReads?: number
-  /** Stillness of `activity` that ends a burst. Default 250 ms. */
+  /** Stillness of `activity` that ends a burst. Default BURST_QUIET_MS (upkeep-constants.ts). */
   burstQuietMs?: number
-  /** A burst's settle comes at least this long after the last burst's settle (a periodic settle does not count: it came before the burst's last reads). Default 1000 ms (settles every 1 s cost +59% time in bench/node-memory). */
+  /** A burst's settle comes at least this long after the last burst's settle (a periodic settle does not count: it came before the burst's last reads). Default BURST_SETTLE_GAP_MS (upkeep-constants.ts). */
   burstSettleGapMs?: number
   /** At a burst's end, after the settle: flush and drop the chunk cache pages commits wrote, now (PageCopyDropper.dropWrittenNow). Not at the periodic settles: during a burst, hits read the pages just written. */
   flushWrites?: () => Promise<void>
   /** Files whose page cache is dropped outright at each pass (the chunk cache's lmdb file). */
   cacheFiles: () => string[]
-  /** Image files not read for this long lose their page cache at a pass. Default 30 s (5 s cost 2.3x the page-cache misses in bench/node-memory: see src/daemon/README.md). */
+  /** Image files not read for this long lose their page cache at a pass. Default RECLAIM_COLD_MS (upkeep-constants.ts). */
   coldMs?: number
-  /** A pass settles the daemon at most this often. Default 2000 ms. */
+  /** A pass settles the daemon at most this often. Default RECLAIM_SETTLE_EVERY_MS (upkeep-constants.ts). */
   settleEveryMs?: number
-  /** How often pressure is read. Default 250 ms. */
+  /** How often pressure is read. Default RECLAIM_INTERVAL_MS (upkeep-constants.ts). */
   intervalMs?: number
-  /** PSI `some avg10` (percent) that counts as pressure even under the target. Default 1. */
+  /** PSI `some avg10` (percent) that counts as pressure even under the target. Default RECLAIM_PSI_THRESHOLD (upkeep-constants.ts). */
   psiThreshold?: number
-  log?: (line: string) => void
+  log?: LogLine
+  /** Time and timers. Default the real ones (tests pass a manual clock). */
+  clock?: UpkeepClock
 }
 
 
-export const DEFAULT_RECLAIM_COLD_MS = 30_000
-const DEFAULT_SETTLE_EVERY_MS = 2000
-const DEFAULT_INTERVAL_MS = 250
-const DEFAULT_PSI_THRESHOLD = 1
-const DEFAULT_COLLECT_GROWTH_BYTES = 2 * 1024 * 1024
-const DEFAULT_COLLECT_CHECK_MS = 50
-const DEFAULT_BURST_MIN_READS = 256
-const DEFAULT_BURST_QUIET_MS = 250
-const DEFAULT_BURST_SETTLE_GAP_MS = 1000
 
 export class MemoryReclaimer {
-  readonly #o: Required<Omit<MemoryReclaimerOptions, 'log' | 'collect' | 'overTargetChanged' | 'activity'>> & Pick<MemoryReclaimerOptions, 'overTargetChanged' | 'activity'> & { log: (line: string) => void, collect: () => void }
-  readonly #timer: NodeJS.Timeout
+  readonly #o: Required<Omit<MemoryReclaimerOptions, 'log' | 'collect' | 'overTargetChanged' | 'activity' | 'clock'>> & Pick<MemoryReclaimerOptions, 'overTargetChanged' | 'activity'> & { log: LogLine, collect: () => void }
+  readonly #clock: UpkeepClock
+  readonly #timer: { stop: () => void }
   /** Runs only while over the target. */
-  #collectTimer: NodeJS.Timeout | undefined
+  #collectTimer: { stop: () => void } | undefined
   #running: Promise<void> | undefined
   #lastSettle = -Infinity
   #overTarget = false
@@ -130,23 +127,23 @@ export class MemoryReclaimer {
 
   constructor (options: MemoryReclaimerOptions) {
     this.#o = {
-      coldMs: DEFAULT_RECLAIM_COLD_MS,
-      settleEveryMs: DEFAULT_SETTLE_EVERY_MS,
-      intervalMs: DEFAULT_INTERVAL_MS,
-      psiThreshold: DEFAULT_PSI_THRESHOLD,
-      collectGrowthBytes: DEFAULT_COLLECT_GROWTH_BYTES,
-      collectCheckMs: DEFAULT_COLLECT_CHECK_MS,
-      burstMinReads: DEFAULT_BURST_MIN_READS,
-      burstQuietMs: DEFAULT_BURST_QUIET_MS,
-      burstSettleGapMs: DEFAULT_BURST_SETTLE_GAP_MS,
+      coldMs: RECLAIM_COLD_MS,
+      settleEveryMs: RECLAIM_SETTLE_EVERY_MS,
+      intervalMs: RECLAIM_INTERVAL_MS,
+      psiThreshold: RECLAIM_PSI_THRESHOLD,
+      collectGrowthBytes: COLLECT_GROWTH_BYTES,
+      collectCheckMs: COLLECT_CHECK_MS,
+      burstMinReads: BURST_MIN_READS,
+      burstQuietMs: BURST_QUIET_MS,
+      burstSettleGapMs: BURST_SETTLE_GAP_MS,
       flushWrites: async () => {},
       collect: () => {},
       log: () => {},
       ...options
     }
     this.stats = { targetBytes: options.targetBytes, gauge: options.gauge.source, passes: 0, filesDropped: 0, collections: 0, burstEnds: 0 }
-    this.#timer = setInterval(() => this.#check(), this.#o.intervalMs)
-    this.#timer.unref()
+    this.#clock = options.clock ?? REAL_CLOCK
+    this.#timer = this.#clock.every(this.#o.intervalMs, () => this.#check())
   }
 
   /** True when `reading` calls for a pass. */
@@ -165,7 +162,7 @@ export class MemoryReclaimer {
     if (over !== this.#overTarget) {
       this.#overTarget = over
       this.#watchGrowth(over)
-      try { this.#o.overTargetChanged?.(over) } catch (err) { this.#o.log(`reclaim: ${(err as Error).message}`) }
+      try { this.#o.overTargetChanged?.(over) } catch (err) { this.#o.log(`reclaim: ${(err as Error).message}`, 'warn') }
     }
     // Image files' page cache only under a stall: over a mere target it is the sandboxes' working set, and dropping it costs them hot reads.
     if (this.underPressure(reading)) void this.#start(this.#o.coldMs, false, (reading.psiSomeAvg10 ?? 0) >= this.#o.psiThreshold)
@@ -173,20 +170,19 @@ export class MemoryReclaimer {
 
   /** The growth look's timer (and the burst watch's): on while over the target, off under it. */
   #watchGrowth (on: boolean): void {
-    clearInterval(this.#collectTimer)
+    this.#collectTimer?.stop()
     this.#collectTimer = undefined
     this.#anonBase = Infinity
     this.#reads = undefined
     if (!on) return
-    this.#collectTimer = setInterval(() => { this.#collectIfGrown(); this.#settleIfBurstEnded() }, this.#o.collectCheckMs)
-    this.#collectTimer.unref()
+    this.#collectTimer = this.#clock.every(this.#o.collectCheckMs, () => { this.#collectIfGrown(); this.#settleIfBurstEnded() })
   }
 
   /** While over the target: a settling pass once a burst of chunk reads has ended (see the module doc). */
   #settleIfBurstEnded (): void {
     if (this.#o.activity === undefined) return
     const reads = this.#o.activity()
-    const now = performance.now()
+    const now = this.#clock.now()
     if (this.#reads === undefined) { this.#reads = this.#burstFrom = reads; return }
     if (reads !== this.#reads) { this.#reads = reads; this.#readsMovedAt = now; return }
     if (reads - this.#burstFrom < this.#o.burstMinReads || now - this.#readsMovedAt < this.#o.burstQuietMs) return
@@ -210,7 +206,7 @@ export class MemoryReclaimer {
     // The low point since the last collection (V8 frees dead buffers' memory on a background thread after the GC, the trim follows).
     this.#anonBase = Math.min(this.#anonBase, anon)
     if (anon - this.#anonBase < this.#o.collectGrowthBytes) return
-    try { this.#o.collect() } catch (err) { this.#o.log(`reclaim: collection failed: ${(err as Error).message}`) }
+    try { this.#o.collect() } catch (err) { this.#o.log(`reclaim: collection failed: ${(err as Error).message}`, 'warn') }
     this.stats.collections = (this.stats.collections ?? 0) + 1
     this.#anonBase = Infinity
   }
@@ -227,7 +223,7 @@ export class MemoryReclaimer {
 
   /** `flushWrites`: a burst's end, when no hit is coming that the pages just written would serve. */
   async #pass (coldMs: number, settle: boolean, imageFiles: boolean, flushWrites: boolean): Promise<void> {
-    const started = performance.now()
+    const started = this.#clock.now()
     const before = this.#o.gauge.read().usedBytes
     if (settle || started - this.#lastSettle >= this.#o.settleEveryMs) {
       this.#lastSettle = started
@@ -241,15 +237,15 @@ export class MemoryReclaimer {
     s.passes++
     s.filesDropped += dropped.files
     s.lastPassAt = new Date().toISOString()
-    s.lastPassMs = performance.now() - started
+    s.lastPassMs = this.#clock.now() - started
     s.lastUsedBeforeBytes = before
     s.lastUsedAfterBytes = this.#o.gauge.read().usedBytes
   }
 
   /** Stop watching. Idempotent. */
   close (): void {
-    clearInterval(this.#timer)
-    clearInterval(this.#collectTimer)
+    this.#timer.stop()
+    this.#collectTimer?.stop()
   }
 }
 
@@ -262,7 +258,7 @@ function anonymousBytes (): number {
 }
 
 /** Unmap `file`'s read-only shared maps from this process, then POSIX_FADV_DONTNEED on all of it (clean, unmapped pages leave the page cache). Logs failures. */
-function dropFilePageCache (file: string, log: (line: string) => void): void {
+function dropFilePageCache (file: string, log: LogLine): void {
   let fd: number | undefined
   try {
     const native = nativeMemory()
@@ -270,7 +266,7 @@ function dropFilePageCache (file: string, log: (line: string) => void): void {
     fd = openSync(file, 'r')
     native.fadviseDontNeed(fd, 0, 0)
   } catch (err) {
-    log(`reclaim: cannot drop the page cache of ${file}: ${(err as Error).message}`)
+    log(`reclaim: cannot drop the page cache of ${file}: ${(err as Error).message}`, 'warn')
   } finally {
     if (fd !== undefined) closeSync(fd)
   }

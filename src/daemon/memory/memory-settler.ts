@@ -33,19 +33,21 @@
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { nativeMemory, type NativeMemory } from '../../native.js'
+import type { LogLine } from '../../log-line.js'
+import { SETTLE_CHECK_MS, SETTLE_IDLE_MS, SETTLE_REGROW_BYTES, TRIM_DELAY_MS } from './upkeep-constants.js'
 
 export interface MemorySettlerOptions {
   /** A counter that moves with the daemon's work (cache hits + misses, requests served …). */
   activity: () => number
-  /** Quiet time after a burst before its memory is given back. Default 1500 ms. */
+  /** Quiet time after a burst before its memory is given back. Default SETTLE_IDLE_MS (upkeep-constants.ts). */
   idleMs?: number
-  /** How often the counter is looked at. Default 500 ms. */
+  /** How often the counter is looked at. Default SETTLE_CHECK_MS (upkeep-constants.ts). */
   checkMs?: number
-  /** RSS growth since the last settle that settles again while quiet. Default 8 MiB. */
+  /** RSS growth since the last settle that settles again while quiet. Default SETTLE_REGROW_BYTES (upkeep-constants.ts). */
   regrowBytes?: number
   /** Files whose read-only shared mappings are unmapped at a settle (the lmdb map). */
   mappedFiles?: () => string[]
-  log?: (line: string) => void
+  log?: LogLine
 }
 
 export interface SettleStats {
@@ -57,11 +59,6 @@ export interface SettleStats {
   lastSettleMs?: number
 }
 
-export const DEFAULT_SETTLE_IDLE_MS = 1500
-export const DEFAULT_REGROW_BYTES = 8 * 1024 * 1024
-const DEFAULT_CHECK_MS = 500
-/** V8 frees dead ArrayBuffers' memory on a background thread after a GC: trim once that is done. */
-const TRIM_DELAY_MS = 200
 
 /**
  * V8's gc(), exposed at run time (the daemon is not started with --expose-gc). The flag is set back at
@@ -83,7 +80,7 @@ export class MemorySettler {
   readonly #idleMs: number
   readonly #regrowBytes: number
   readonly #mappedFiles: () => string[]
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #hooks: Array<() => void> = []
   readonly #gc: () => void
   readonly #native: NativeMemory | undefined
@@ -97,16 +94,16 @@ export class MemorySettler {
 
   constructor (options: MemorySettlerOptions) {
     this.#activity = options.activity
-    this.#idleMs = options.idleMs ?? DEFAULT_SETTLE_IDLE_MS
-    this.#regrowBytes = options.regrowBytes ?? DEFAULT_REGROW_BYTES
+    this.#idleMs = options.idleMs ?? SETTLE_IDLE_MS
+    this.#regrowBytes = options.regrowBytes ?? SETTLE_REGROW_BYTES
     this.#mappedFiles = options.mappedFiles ?? (() => [])
     this.#log = options.log ?? (() => {})
     this.#gc = exposeGc()
     try { this.#native = nativeMemory() } catch (err) {
-      this.#log(`memory: malloc trim and map advice unavailable (${(err as Error).message})`)
+      this.#log(`memory: malloc trim and map advice unavailable (${(err as Error).message})`, 'warn')
     }
     this.#lastCount = this.#activity()
-    this.#timer = setInterval(() => this.#check(), options.checkMs ?? DEFAULT_CHECK_MS)
+    this.#timer = setInterval(() => this.#check(), options.checkMs ?? SETTLE_CHECK_MS)
     this.#timer.unref()
   }
 
@@ -135,11 +132,11 @@ export class MemorySettler {
     const started = performance.now()
     const before = rssNow()
     for (const hook of this.#hooks) {
-      try { hook() } catch (err) { this.#log(`memory: release hook failed: ${(err as Error).message}`) }
+      try { hook() } catch (err) { this.#log(`memory: release hook failed: ${(err as Error).message}`, 'warn') }
     }
     if (this.#native !== undefined) {
       for (const file of this.#mappedFiles()) {
-        try { this.#native.adviseMappedFile(file, 'unmap') } catch (err) { this.#log(`memory: cannot unmap ${file}: ${(err as Error).message}`) }
+        try { this.#native.adviseMappedFile(file, 'unmap') } catch (err) { this.#log(`memory: cannot unmap ${file}: ${(err as Error).message}`, 'warn') }
       }
     }
     // Two full GCs: the second finds the first one's freed pages and gives V8's heap back (measured: 19.9 → 11.5 MB committed).
@@ -147,7 +144,7 @@ export class MemorySettler {
     this.#gc()
     await new Promise(resolve => setTimeout(resolve, TRIM_DELAY_MS).unref())
     this.#native?.mallocTrim()
-    try { this.#native?.unmapCleanFilePages() } catch (err) { this.#log(`memory: cannot unmap the clean text pages: ${(err as Error).message}`) }
+    try { this.#native?.unmapCleanFilePages() } catch (err) { this.#log(`memory: cannot unmap the clean text pages: ${(err as Error).message}`, 'warn') }
     this.#dirty = false
     this.#quietSince = performance.now()
     const s = this.stats

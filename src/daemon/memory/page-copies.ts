@@ -36,11 +36,12 @@ import { close, closeSync, fdatasync, open, openSync } from 'node:fs'
 import { promisify } from 'node:util'
 import { nativeMemory } from '../../native.js'
 import type { PageCopyStats } from '../client/control-protocol.js'
+import type { LogLine } from '../../log-line.js'
+import { PAGE_DROP_DELAY_MS } from './upkeep-constants.js'
 
 const openAsync = promisify(open)
 const fdatasyncAsync = promisify(fdatasync)
 const closeAsync = promisify(close)
-const DEFAULT_DROP_DELAY_MS = 250
 /** The page size the drops round to (x86-64, arm64 with 4 KiB pages). */
 const PAGE = 4096
 
@@ -49,9 +50,9 @@ export interface PageCopyDropperOptions {
   active: () => boolean
   /** The chunk cache's data file (lmdb's data.mdb). */
   cacheFile: string
-  /** Wait after a commit before its pages are flushed and dropped. Default 1000 ms. */
+  /** Wait after a commit before its pages are flushed and dropped. Default PAGE_DROP_DELAY_MS (upkeep-constants.ts). */
   dropDelayMs?: number
-  log: (line: string) => void
+  log: LogLine
 }
 
 export class PageCopyDropper {
@@ -89,7 +90,7 @@ export class PageCopyDropper {
       this.stats.storeReadsDropped++
       this.stats.storeBytesDropped += length
     } catch (err) {
-      this.#o.log(`reclaim: cannot drop a store read's pages: ${(err as Error).message}`)
+      this.#o.log(`reclaim: cannot drop a store read's pages: ${(err as Error).message}`, 'warn')
     }
   }
 
@@ -99,7 +100,7 @@ export class PageCopyDropper {
       nativeMemory().fadviseRandom(fd, random)
       return true
     } catch (err) {
-      this.#o.log(`reclaim: cannot turn the store file's readahead ${random ? 'off' : 'on'}: ${(err as Error).message}`)
+      this.#o.log(`reclaim: cannot turn the store file's readahead ${random ? 'off' : 'on'}: ${(err as Error).message}`, 'warn')
       return false
     }
   }
@@ -114,7 +115,7 @@ export class PageCopyDropper {
         fd = openSync(file, 'r')
         nativeMemory().fadviseDontNeed(fd, 0, 0)
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.#o.log(`reclaim: cannot drop the page cache of ${file}: ${(err as Error).message}`)
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.#o.log(`reclaim: cannot drop the page cache of ${file}: ${(err as Error).message}`, 'warn')
       } finally {
         if (fd !== undefined) closeSync(fd)
       }
@@ -126,7 +127,7 @@ export class PageCopyDropper {
     if (!this.#o.active()) return
     if (this.#dropping !== undefined) { this.#again = true; return }
     // After `dropDelayMs`: a chunk just written is often hit again at once (a chunk straddling two FUSE reads).
-    this.#dropping = this.#wait(this.#o.dropDelayMs ?? DEFAULT_DROP_DELAY_MS).then(async () => await this.#dropCacheFile()).finally(() => {
+    this.#dropping = this.#wait(this.#o.dropDelayMs ?? PAGE_DROP_DELAY_MS).then(async () => await this.#dropCacheFile()).finally(() => {
       this.#dropping = undefined
       if (this.#again) { this.#again = false; this.afterCacheCommit() }
     })
@@ -169,7 +170,7 @@ export class PageCopyDropper {
       native.fadviseDontNeed(fd, 0, 0)
       this.stats.cacheFileDrops++
     } catch (err) {
-      this.#o.log(`reclaim: cannot drop the page cache of ${this.#o.cacheFile}: ${(err as Error).message}`)
+      this.#o.log(`reclaim: cannot drop the page cache of ${this.#o.cacheFile}: ${(err as Error).message}`, 'warn')
     } finally {
       if (fd !== undefined) await closeAsync(fd).catch(() => {})
     }

@@ -32,6 +32,7 @@ import { guardReusedImage } from '../../image/reuse-guard.js'
 import type { MountManager } from './mount-manager.js'
 import type { StoreLocation, StorePool } from '../reading/store-pool.js'
 import type { BlockViewInfo } from '../client/control-protocol.js'
+import type { LogLine } from '../../log-line.js'
 
 export { BLOCK_VIEWS_PREFIX }
 
@@ -44,7 +45,7 @@ export class BlockViews {
     private readonly cache: ChunkCache,
     private readonly db: NodeDb,
     private readonly workDir: string,
-    private readonly log: (line: string) => void
+    private readonly log: LogLine
   ) {}
 
   /** The block view of `req.image`, building and storing it first if needed, mounted. Async. */

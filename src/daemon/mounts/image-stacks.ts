@@ -34,6 +34,7 @@ import { MountChunkReader } from '../reading/mount-chunk-reader.js'
 import type { SharedTocs } from '../reading/shared-tocs.js'
 import type { ConnectionKeeper } from '../../fs/kernel-fuse-keeper.js'
 import type { PreparedTakeovers } from './prepared-takeovers.js'
+import type { LogLine } from '../../log-line.js'
 
 /** Overlay options for a read-only stack: nothing below may redirect lookups; no index, no xino (inode numbers of the FUSE layers are small). */
 const STACK_OVERLAY_OPTIONS = 'redirect_dir=off,index=off,metacopy=off,xino=off'
@@ -55,7 +56,7 @@ export class ImageStacks {
     private readonly cache: ChunkCache,
     private readonly tocs: SharedTocs,
     private readonly sharedDir: string,
-    private readonly log: (line: string) => void,
+    private readonly log: LogLine,
     /** Keeps the bases' FUSE connections across daemon restarts, and hands over kept ones. */
     private readonly keeper?: ConnectionKeeper,
     /** Who serves the base mounts; default: the kernel backend when it can. */
@@ -109,7 +110,7 @@ export class ImageStacks {
       const base = await entry.ready
       await base.mount.unmount()
     } catch (err) {
-      this.log(`unmounting base ${key}: ${describeError(err)}`)
+      this.log(`unmounting base ${key}: ${describeError(err)}`, 'warn')
     } finally {
       this.cache.unpin(entry.pins)
       this.tocs.release(entry.layers)
@@ -120,7 +121,7 @@ export class ImageStacks {
     const mountpoint = join(this.sharedDir, `base-${key}`)
     let neighbours: BlobNeighbours | undefined
     const reader = new MountChunkReader(fetcher, storeName, {
-      onPrefetchError: err => this.log(`prefetch for ${mountpoint}: ${(err as Error).message}`),
+      onPrefetchError: err => this.log(`prefetch for ${mountpoint}: ${(err as Error).message}`, 'warn'),
       neighbours: () => (neighbours ??= new BlobNeighbours(tocs)),
       isCached: digest => this.cache.has(digest)
     })

@@ -31,6 +31,7 @@ import { allChunks } from '../reading/image-chunks.js'
 import type { MountChunkReader } from '../reading/mount-chunk-reader.js'
 import type { PreparedTakeovers } from './prepared-takeovers.js'
 import { storeLocationOf, type StoreLocation, type StorePool } from '../reading/store-pool.js'
+import type { LogLine } from '../../log-line.js'
 
 /** A stacked layer chain's top layer is fetched whole at mount up to this many stored (compressed) bytes (prefetchSmallTop). */
 export const TOP_LAYER_PREFETCH_MAX_BYTES = 16 * 1024 * 1024
@@ -60,7 +61,7 @@ export interface ChainMountHost {
   /** One FUSE mount of `tocs` (the layers `layers` of `loaded`) at `mountpoint`, recorded as the host's mount; `top`: a stack's top. Async. */
   mountLayers: (loc: StoreLocation, mountpoint: string, name: string, loaded: LoadedImage, layers: Digest[], tocs: LayerToc[],
     top: StackTop | undefined, started: number) => Promise<ChainMount>
-  log: (line: string) => void
+  log: LogLine
 }
 
 export interface ChainOptions {

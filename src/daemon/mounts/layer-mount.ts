@@ -22,6 +22,7 @@ import { MountChunkReader } from '../reading/mount-chunk-reader.js'
 import type { PreparedTakeovers } from './prepared-takeovers.js'
 import type { SharedTocs } from '../reading/shared-tocs.js'
 import type { StoreLocation, StorePool } from '../reading/store-pool.js'
+import type { LogLine } from '../../log-line.js'
 
 /** A mount MountManager keeps. */
 export interface Mounted extends ChainMount {
@@ -43,7 +44,7 @@ export interface LayerMountParts {
   prepared: Pick<PreparedTakeovers, 'take'>
   keeper: HeldConnections | undefined
   fuseBackend: FuseBackend | undefined
-  log: (line: string) => void
+  log: LogLine
 }
 
 /** What is mounted: `layers` of `loaded` (their decoded `tocs`), named `name`; `top`: a stack's top, split off its base. */
@@ -73,7 +74,7 @@ export async function mountLayers (parts: LayerMountParts, { loc, mountpoint, na
   try {
     let neighbours: BlobNeighbours | undefined
     const reader = new MountChunkReader(fetcher, store.url, {
-      onPrefetchError: err => parts.log(`prefetch for ${mountpoint}: ${(err as Error).message}`),
+      onPrefetchError: err => parts.log(`prefetch for ${mountpoint}: ${(err as Error).message}`, 'warn'),
       neighbours: () => (neighbours ??= new BlobNeighbours(image.tocs)),
       isCached: digest => parts.cache.has(digest)
     })

@@ -52,6 +52,7 @@ import { mountStatsOf } from './mount-stats.js'
 import { publishNodeTrace, readPublishedTrace, type PublishedTrace } from '../traces/trace-sharing.js'
 import { LayerChains, chainLowerDirs, type ChainRequest, type StackTop } from './layer-chains.js'
 import { mountLayers, type Mounted } from './layer-mount.js'
+import type { LogLine } from '../../log-line.js'
 
 /** How images are mounted (settings resolved at the root: LAYERD_STACKS, LAYERD_TOP_PREFETCH, LAYERD_FUSE_BACKEND). */
 export interface MountOptions {
@@ -69,7 +70,7 @@ export class MountManager {
   readonly #rows: MountTable
   readonly #cache: ChunkCache
   readonly #stores: StorePool
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #mounts = new Map<string, Mounted>()
   readonly #sharedDir: string
   readonly #traces: AccessTraces
@@ -92,7 +93,7 @@ export class MountManager {
    * built ahead (prepared-takeovers.ts), used by recover() and dropped after
    * releaseUntakenConnections(); stacks and FUSE backend: MountOptions.
    */
-  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: (line: string) => void, sharedDir: string,
+  constructor (db: NodeDb, cache: ChunkCache, stores: StorePool, log: LogLine, sharedDir: string,
     options: MountOptions & { keeper?: HeldConnections, sharedRecordsFile?: string, prepared?: PreparedTakeovers } = {}) {
     this.#sharedDir = sharedDir
     this.#options = options
@@ -283,7 +284,7 @@ export class MountManager {
     const refs = prefetchOrder(trace, allChunks(m.image))
     const { fetcher } = this.#stores.get(m.loc)
     const done = fetcher.prefetch(refs, { stats: m.reader.stats })
-    done.catch(err => this.#log(`prefetch ${m.info.mountpoint}: ${(err as Error).message}`))
+    done.catch(err => this.#log(`prefetch ${m.info.mountpoint}: ${(err as Error).message}`, 'warn'))
     return { chunks: refs.length, traced: trace.length, done }
   }
 
@@ -332,7 +333,7 @@ export class MountManager {
   /** Unmount everything (daemon shutdown). Keeps the database rows? No: a clean stop forgets them. */
   async unmountAll (): Promise<void> {
     for (const mountpoint of [...this.#mounts.keys()]) {
-      try { await this.unmount(mountpoint) } catch (err) { this.#log(`unmounting ${mountpoint}: ${(err as Error).message}`) }
+      try { await this.unmount(mountpoint) } catch (err) { this.#log(`unmounting ${mountpoint}: ${(err as Error).message}`, 'warn') }
     }
   }
 

@@ -17,6 +17,7 @@ import type { MountTable } from '../../state/mount-table.js'
 import type { MountInfo, SharedImage } from '../client/control-protocol.js'
 import type { SharedImageRecords } from './shared-image-records.js'
 import { storeLocationOf, type StoreLocation } from '../reading/store-pool.js'
+import type { LogLine } from '../../log-line.js'
 
 /** What recovery needs of one of the host's mounts. */
 export interface RecoveredMount { info: MountInfo, mount: { adopted: boolean } }
@@ -34,7 +35,7 @@ export interface RecoveryHost {
   mounted: (mountpoint: string) => RecoveredMount | undefined
   shared: (req: StoreLocation & { image: string }) => Promise<SharedImage>
   mount: (req: StoreLocation & { image: string, mountpoint: string }) => Promise<MountInfo>
-  log: (line: string) => void
+  log: LogLine
 }
 
 /** Counts of what recovery did: stale mounts cleaned, mounts mounted again, connections taken over. */
@@ -63,7 +64,7 @@ export async function recoverMounts (host: RecoveryHost, restore: boolean): Prom
       if (m?.mount.adopted === true) adopted++
       host.log(`image ${r.image} at ${r.mountpoint}: ${m?.mount.adopted === true ? 'taken over' : 'mounted again'} in ${Math.round(performance.now() - before)} ms`)
     } catch (err) {
-      host.log(`serving image ${r.image} at ${r.mountpoint} again: ${(err as Error).message}`)
+      host.log(`serving image ${r.image} at ${r.mountpoint} again: ${(err as Error).message}`, 'warn')
     }
   }
   let restored = 0
@@ -84,7 +85,7 @@ export async function recoverMounts (host: RecoveryHost, restore: boolean): Prom
       if (m.mount.adopted) adopted++
       restored++
     } catch (err) {
-      host.log(`restoring mount of ${row.image} at ${row.mountpoint}: ${(err as Error).message}`)
+      host.log(`restoring mount of ${row.image} at ${row.mountpoint}: ${(err as Error).message}`, 'warn')
     }
   }
   return { cleaned, restored, adopted }
@@ -92,5 +93,5 @@ export async function recoverMounts (host: RecoveryHost, restore: boolean): Prom
 
 /** Detach a dead mount at `path` (lazily: a reader still in it is not waited for). Async; never throws, a failure is logged. */
 export async function cleanStaleMount (host: Pick<RecoveryHost, 'log'>, path: string): Promise<void> {
-  try { await lazyUnmount(path) } catch (err) { host.log(`cleaning stale mount ${path}: ${(err as Error).message}`) }
+  try { await lazyUnmount(path) } catch (err) { host.log(`cleaning stale mount ${path}: ${(err as Error).message}`, 'warn') }
 }

@@ -25,6 +25,7 @@ import { AccessTraceTable } from '../../state/access-trace-table.js'
 import type { NodeDb } from '../../state/node-db.js'
 import type { ObjectStore } from '../../store/object-store.js'
 import type { NodeGcResult } from '../client/control-protocol.js'
+import type { LogLine } from '../../log-line.js'
 
 /** A directory under `<home>/images` younger than this is left alone: a mount may be on its way. */
 export const DIR_GRACE_MS = 60_000
@@ -38,7 +39,7 @@ export interface NodeGcParts {
   sharedDir: string
   /** Default DIR_GRACE_MS. */
   dirGraceMs?: number
-  log: (line: string) => void
+  log: LogLine
 }
 
 /** Collect the node's stale state (nothing, with `dryRun`, but the same report). Async. */

@@ -32,6 +32,7 @@ import { encodeKernelFuseTable } from '../../fs/kernel-fuse-table.js'
 import { tableDigest } from '../../fs/kernel-fuse.js'
 import type { PreparedTree } from '../../fs/image-mount.js'
 import type { ConnectionRecord, TreeSource } from '../../fs/kernel-fuse-keeper.js'
+import type { LogLine } from '../../log-line.js'
 
 interface Prepared extends PreparedTree { layers: string[], base?: string[] }
 
@@ -64,7 +65,7 @@ export class PreparedTakeovers {
    * their mounts are not: nothing to take over). Async; never rejects
    * (failures are logged per record). Stores opened here are closed before it resolves.
    */
-  static async prepare (records: readonly ConnectionRecord[], openStore: StoreOpener, log: (line: string) => void,
+  static async prepare (records: readonly ConnectionRecord[], openStore: StoreOpener, log: LogLine,
     isMounted: (mountpoint: string) => Promise<boolean> = async () => true): Promise<PreparedTakeovers> {
     const started = performance.now()
     const stores = new Map<string, ObjectStore>()
@@ -110,7 +111,7 @@ export class PreparedTakeovers {
         if (digest !== record.tableDigest) throw new Error(`this daemon builds another table (sha256 ${digest.slice(0, 16)}…, served from ${record.tableDigest.slice(0, 16)}…)`)
         prepared.set(record.mountpoint, { tree, view, table, digest, layers: source.layers, ...(source.base === undefined ? {} : { base: source.base }) })
       } catch (err) {
-        log(`preparing the takeover of ${record.mountpoint}: ${describeError(err)}; it is built at the takeover`)
+        log(`preparing the takeover of ${record.mountpoint}: ${describeError(err)}; it is built at the takeover`, 'warn')
       }
       // Let the serving daemon's other work (and this one's timers) run between records.
       await new Promise(resolve => setImmediate(resolve))

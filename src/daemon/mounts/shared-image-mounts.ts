@@ -26,6 +26,7 @@ import type { StackTop } from './layer-chains.js'
 import type { PreparedTakeovers } from './prepared-takeovers.js'
 import type { SharedImageRecord, SharedImageRecords } from './shared-image-records.js'
 import { storeLocationOf, type StoreLocation, type StorePool } from '../reading/store-pool.js'
+import type { LogLine } from '../../log-line.js'
 
 /** What a shared image needs of one of the host's mounts. */
 export interface SharedMount { info: MountInfo, image: LoadedImage, mount: ImageMount }
@@ -55,7 +56,7 @@ export interface SharedImageHost<M extends SharedMount> {
   recordStack: (top: M, topPath: string, mountpoint: string, info: MountInfo, baseKey: string) => void
   /** Unmount one of the host's mounts. Async. */
   unmount: (mountpoint: string) => Promise<void>
-  log: (line: string) => void
+  log: LogLine
 }
 
 export class SharedImageMounts<M extends SharedMount> {

@@ -13,6 +13,7 @@
  */
 import { readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { describeError } from '../../errors.js'
+import type { LogLine } from '../../log-line.js'
 
 export interface SharedImageRecord {
   /** The overlay (or single mount) sandboxes use. */
@@ -31,11 +32,11 @@ const VERSION = 1
 
 export class SharedImageRecords {
   readonly #file: string
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #records = new Map<string, SharedImageRecord>()
 
   /** Reads `file`; a missing file is empty, an unreadable one is logged and ignored. Sync. */
-  constructor (file: string, log: (line: string) => void) {
+  constructor (file: string, log: LogLine) {
     this.#file = file
     this.#log = log
     let text: string | undefined
@@ -46,7 +47,7 @@ export class SharedImageRecords {
       if (body.version !== VERSION || !Array.isArray(body.images)) throw new Error(`version ${String(body.version)}, expected ${VERSION}`)
       for (const r of body.images) if (typeof r?.mountpoint === 'string' && typeof r.manifest === 'string' && typeof r.store === 'string') this.#records.set(r.mountpoint, r)
     } catch (err) {
-      log(`ignoring ${file}: ${describeError(err)}`)
+      log(`ignoring ${file}: ${describeError(err)}`, 'warn')
     }
   }
 
@@ -71,7 +72,7 @@ export class SharedImageRecords {
       writeFileSync(tmp, JSON.stringify({ version: VERSION, images: this.list() }) + '\n', { mode: 0o600 })
       renameSync(tmp, this.#file)
     } catch (err) {
-      this.#log(`cannot write ${this.#file}: a restarted daemon may not serve its images at once: ${describeError(err)}`)
+      this.#log(`cannot write ${this.#file}: a restarted daemon may not serve its images at once: ${describeError(err)}`, 'warn')
     }
   }
 }

@@ -10,6 +10,7 @@ import type { ChunkCache } from '../../cache/chunk-cache.js'
 import type { ObjectStore } from '../../store/object-store.js'
 import { openStore } from '../../store/open-store.js'
 import type { FsObjectStoreOptions } from '../../store/fs-object-store.js'
+import type { LogLine } from '../../log-line.js'
 
 /**
  * A reader blocked in a FUSE read waits at most about this long for a store
@@ -28,13 +29,13 @@ export interface PooledStore { store: ObjectStore, fetcher: ChunkFetcher }
 
 export class StorePool {
   readonly #cache: ChunkCache
-  readonly #log: (line: string) => void
+  readonly #log: LogLine
   readonly #stores = new Map<string, PooledStore>()
 
   readonly #fs: FsObjectStoreOptions
 
   /** `fs`: options for every file:// store opened (the daemon's afterRead hook). */
-  constructor (cache: ChunkCache, log: (line: string) => void, fs: FsObjectStoreOptions = {}) {
+  constructor (cache: ChunkCache, log: LogLine, fs: FsObjectStoreOptions = {}) {
     this.#cache = cache
     this.#log = log
     this.#fs = fs

@@ -11,6 +11,7 @@ import type { LoadedImage } from '../../image/load-image.js'
 import { getPublishedTrace, putPublishedTrace } from '../../image/published-traces.js'
 import type { ObjectStore } from '../../store/object-store.js'
 import type { AccessTraces } from './access-traces.js'
+import type { LogLine } from '../../log-line.js'
 
 /** What publishing a trace wrote: the image's manifest, the trace's key in the store, its chunks. */
 export interface PublishedTrace { manifest: string, key: string, chunks: number }
@@ -20,11 +21,11 @@ export interface PublishedTrace { manifest: string, key: string, chunks: number 
  * it cannot be read: it is only a hint, so a failure is logged and the
  * mount goes on. Async; never rejects.
  */
-export async function readPublishedTrace (store: Pick<ObjectStore, 'get' | 'url'>, loaded: LoadedImage, log: (line: string) => void): Promise<ChunkRef[] | undefined> {
+export async function readPublishedTrace (store: Pick<ObjectStore, 'get' | 'url'>, loaded: LoadedImage, log: LogLine): Promise<ChunkRef[] | undefined> {
   try {
     return await getPublishedTrace(store, loaded.digest, loaded.tocs)
   } catch (err) {
-    log(`published access trace of ${loaded.digest}: ${(err as Error).message}`)
+    log(`published access trace of ${loaded.digest}: ${(err as Error).message}`, 'warn')
     return undefined
   }
 }
