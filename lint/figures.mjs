@@ -80,6 +80,17 @@ function shown (v, spec) {
   return `**${text}${spec.unit ?? ''}**${met === undefined ? '' : met ? ' ✓' : ' ✗'}`
 }
 
+/**
+ * The load a result was measured under: bench-report's sampled figures, or
+ * the one reading at the start that the older benches write.
+ * @param {Record<string, any>} result @returns {string}
+ */
+function loadOf (result) {
+  if (typeof result.load?.mean1m === 'number') return `${result.load.mean1m.toFixed(1)} mean, ${result.load.max1m.toFixed(1)} max`
+  if (typeof result.loadAverage1m === 'number') return `${result.loadAverage1m.toFixed(1)} at start`
+  return 'not recorded'
+}
+
 /** @param {string} cell @returns {number} */
 export function words (cell) {
   return cell.replace(/\*\*/g, '').split(/\s+/).filter(w => w !== '' && w !== '✓' && w !== '✗').length
@@ -106,7 +117,7 @@ export function renderFigures (opts = {}) {
       if (spec === undefined) throw new Error(`${where}: the figure names {${name}}, which "values" lacks`)
       return shown(valueOf(result, spec, where), spec)
     })
-    const load = typeof result.load?.mean1m === 'number' ? `${result.load.mean1m.toFixed(1)} mean, ${result.load.max1m.toFixed(1)} max` : 'not recorded'
+    const load = loadOf(result)
     const command = row.command ?? result.command
     if (typeof command !== 'string') throw new Error(`${where}: the result has no "command" and the row names none`)
     const cells = [row.what, figure, row.target, load, `\`${command}\``]
