@@ -13,8 +13,9 @@
  *     "target": "within 2x of zstd" }
  *
  * A value is `path` (a number in the result), `ratio` ([numerator path,
- * denominator path]) or `median` (a path to an array; `field` picks a number
- * from each element). `scale` multiplies it, `digits` rounds it, `unit`
+ * denominator path]), or `median` or `max` of a path to an array (`field`
+ * picks a number from each element, `where` keeps the elements whose keys
+ * equal its values). `scale` multiplies it, `digits` rounds it, `unit`
  * follows it; `atLeast` / `atMost` make it a target, marked ✓ or ✗. A path is
  * dot-separated, or an array of keys when a key holds a dot. The command and
  * the load come from the result file itself (its `command` and `load`).
@@ -65,11 +66,15 @@ export function valueOf (result, spec, where) {
   let v
   if (spec.path !== undefined) v = numberAt(result, spec.path, where)
   else if (spec.ratio !== undefined) v = numberAt(result, spec.ratio[0], where) / numberAt(result, spec.ratio[1], where)
-  else if (spec.median !== undefined) {
-    const xs = at(result, spec.median, where)
-    if (!Array.isArray(xs) || xs.length === 0) throw new Error(`${where}: ${JSON.stringify(spec.median)} is not a non-empty array`)
-    v = median(xs.map((x, i) => numberAt(spec.field === undefined ? [x] : x, spec.field ?? '0', `${where} [${i}]`)))
-  } else throw new Error(`${where}: a value needs "path", "ratio" or "median"`)
+  else if (spec.median !== undefined || spec.max !== undefined) {
+    const path = spec.median ?? spec.max
+    const all = at(result, path, where)
+    if (!Array.isArray(all)) throw new Error(`${where}: ${JSON.stringify(path)} is not an array`)
+    const xs = all.filter(x => Object.entries(spec.where ?? {}).every(([k, want]) => x?.[k] === want))
+    if (xs.length === 0) throw new Error(`${where}: ${JSON.stringify(path)} has no element matching ${JSON.stringify(spec.where ?? {})}`)
+    const ns = xs.map((x, i) => numberAt(spec.field === undefined ? [x] : x, spec.field ?? '0', `${where} [${i}]`))
+    v = spec.median !== undefined ? median(ns) : Math.max(...ns)
+  } else throw new Error(`${where}: a value needs "path", "ratio", "median" or "max"`)
   return v * (spec.scale ?? 1)
 }
 
