@@ -73,7 +73,7 @@ export interface MemoryReclaimerOptions {
   overTargetChanged?: (over: boolean) => void
   /** One full GC and a malloc_trim (MemorySettler.collect). */
   collect?: () => void
-  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 2 MiB (8 MiB left layerd ~14 MB above its floor at the node's peak in a 4 s cold wave, bench/README.md "Session 24"; 2 against 4 MiB, with the 250 ms page drop: node peak −40.0% against −37.7% in the same turns, session 27). */
+  /** Growth of this process's anonymous memory (/proc/self/statm: resident − shared) over its low point since the last collection that runs one while over the target. Default 2 MiB: a larger step leaves a cold wave's dead buffers in layerd through the node's peak (figures: bench/README.md, "Node memory"). */
   collectGrowthBytes?: number
   /** How often anonymous memory growth is looked at while over the target. Default 50 ms. */
   collectCheckMs?: number

@@ -49,7 +49,7 @@ export interface PageCopyDropperOptions {
   active: () => boolean
   /** The chunk cache's data file (lmdb's data.mdb). */
   cacheFile: string
-  /** Wait after a commit before its pages are flushed and dropped. Default 1000 ms. */
+  /** Wait after a commit before its pages are flushed and dropped: hits on chunks just written still find them in memory. Default 250 ms (DEFAULT_DROP_DELAY_MS). */
   dropDelayMs?: number
   log: (line: string) => void
 }
