@@ -64,7 +64,7 @@ const TARGET = ARGS.string('target')
 const REPS = ARGS.number('reps', { min: 1 })
 const IMAGE = 'deb/python:v1'
 const MEMCG = '/sys/fs/cgroup/memory'
-/** The cgroup's use is read every 20 ms: at 100 ms its highest sample was up to 26 MB under max_usage_in_bytes (session 27), so the breakdown missed the peak. MemTotal − MemAvailable is read every 5th (10 Hz). */
+/** The cgroup's use is read every 20 ms: at 100 ms its highest sample was up to 26 MB under max_usage_in_bytes, so the breakdown missed the peak. MemTotal − MemAvailable is read every 5th (10 Hz). */
 const SAMPLE_MS = 20
 const MEMINFO_EVERY = 5
 
