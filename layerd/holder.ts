@@ -4,13 +4,15 @@
  * and upgrades, and restarts it (src/holder/holder.ts). Started by
  * layerctl's daemon launcher, detached, logging to `<home>/layerd.log`.
  *
- *   layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N]] [-- LAYERD_FLAGS…]
+ *   layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N] | --rescue PID:FD] [-- LAYERD_FLAGS…]
  *
  * `--adopt` is given by the holder's C front (native/holder_front.c), which
  * started the first layerd (pid PID, this process's child) with the other
  * end of the socketpair FD before it became this process by exec; with
  * `--nice-back`, it booted this process nicer than layerd, and the holder
- * goes back to nice N first thing.
+ * goes back to nice N first thing. `--rescue` is given by a serving layerd
+ * (pid PID) whose holder died (src/holder/rescue-holder.ts): FD is this
+ * holder's end of its new socketpair, and that layerd is its current one.
  *
  * Exit codes: HOLDER_EXIT (src/exit-codes.ts).
  */
@@ -22,7 +24,7 @@ import { Holder } from '../src/holder/holder.js'
 import { resolveSettings } from '../src/state/settings.js'
 import { createLogger } from '../src/metrics/logger.js'
 
-const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N]] [-- LAYERD_FLAGS...]'
+const USAGE = 'usage: layerd-holder --home DIR [--entry LAYERD_MAIN_JS] [--adopt PID:FD [--nice-back N] | --rescue PID:FD] [-- LAYERD_FLAGS...]'
 
 // From the moment this module runs: a SIGTERM or SIGINT while the holder starts (the front's layerd may serve
 // already) stops both once it has started, instead of ending this process alone and leaving that layerd unprotected.
@@ -35,7 +37,7 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
 async function main (): Promise<number> {
   let parsed
   try {
-    parsed = parseArgs({ options: { home: { type: 'string' }, entry: { type: 'string' }, adopt: { type: 'string' }, 'nice-back': { type: 'string' } }, allowPositionals: true })
+    parsed = parseArgs({ options: { home: { type: 'string' }, entry: { type: 'string' }, adopt: { type: 'string' }, rescue: { type: 'string' }, 'nice-back': { type: 'string' } }, allowPositionals: true })
   } catch (err) {
     console.error(`layerd-holder: ${describeError(err)}; ${USAGE}`)
     return HOLDER_EXIT.USAGE
@@ -44,6 +46,10 @@ async function main (): Promise<number> {
   if (home === undefined) { console.error(`layerd-holder: --home is required; ${USAGE}`); return HOLDER_EXIT.USAGE }
   const adopted = adopt === undefined ? undefined : /^([1-9][0-9]*):([0-9]+)$/.exec(adopt)
   if (adopted === null) { console.error(`layerd-holder: --adopt ${JSON.stringify(adopt)} is not PID:FD; ${USAGE}`); return HOLDER_EXIT.USAGE }
+  const rescueFlag = parsed.values.rescue
+  const rescue = rescueFlag === undefined ? undefined : /^([1-9][0-9]*):([0-9]+)$/.exec(rescueFlag)
+  if (rescue === null) { console.error(`layerd-holder: --rescue ${JSON.stringify(rescueFlag)} is not PID:FD; ${USAGE}`); return HOLDER_EXIT.USAGE }
+  if (rescue !== undefined && adopted !== undefined) { console.error(`layerd-holder: --adopt and --rescue exclude each other; ${USAGE}`); return HOLDER_EXIT.USAGE }
   const niceBackFlag = parsed.values['nice-back']
   const niceBack = niceBackFlag === undefined ? undefined : Number(niceBackFlag)
   if (niceBack !== undefined && !(Number.isInteger(niceBack) && niceBack >= -20 && niceBack <= 19)) {
@@ -59,6 +65,7 @@ async function main (): Promise<number> {
     warmStandby: resolveSettings({ home }).warmStandby,
     ...(adopted === undefined ? {} : { adopt: { pid: Number(adopted[1]), sock: Number(adopted[2]) } }),
     ...(niceBack === undefined ? {} : { niceBack }),
+    ...(rescue === undefined ? {} : { rescue: { pid: Number(rescue[1]), sock: Number(rescue[2]) } }),
     log
   })
   try {

@@ -46,7 +46,10 @@ export async function daemonDeathAttack (t: Test, node: AttackNode, tier: Tier):
   for (let i = 0; i < 300 && !passes.includes('pass'); i++) await new Promise(resolve => setTimeout(resolve, 100))
   t.ok(passes.includes('pass'), 'the reader read the files once before the kill')
   await new Promise(resolve => setTimeout(resolve, 300))
-  // The holder first: killed alone, it leaves layerd serving; then layerd, and no process holds the connections.
+  // Both at once, stopped first: a holder killed alone is replaced by layerd (src/holder/rescue-holder.ts), so
+  // neither may run between the two kills; then no process holds the connections.
+  const pids = [await node.layerd.holderPid(), await node.layerd.daemonPid()].filter((p): p is number => p !== undefined)
+  for (const pid of pids) process.kill(pid, 'SIGSTOP')
   await node.layerd.killHolder()
   const killedAt = performance.now()
   await node.layerd.killDaemon()

@@ -8,21 +8,23 @@
  * removed after the fd is dropped, so a kept fd always has its record. At
  * start, fds without a record are closed (their connections end) and
  * records without an fd are dropped (their mounts died with the daemon;
- * the mount manager cleans those mountpoints). A store that goes for good
- * (the holder died) is logged the moment it goes, and `storeGone` says so
- * from then on. The file is written by
+ * the mount manager cleans those mountpoints). A holder that dies is
+ * replaced at once: this daemon starts a new one (rescue-holder.ts) and hands
+ * it the fd of every connection it serves; only when that fails does it
+ * serve on unprotected, logged, and `storeGone` says so. The file is written by
  * rename without fsync: it only has to survive the daemon's death, and a
  * reboot ends every FUSE connection anyway.
  *
  * May import: src/errors.ts, src/fs/kernel-fuse-keeper.ts (types), ./*.
  */
-import { closeSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { closeSync, readFileSync, readlinkSync, renameSync, writeFileSync } from 'node:fs'
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { describeError } from '../errors.js'
 import type { ConnectionKeeper, ConnectionRecord, KeptConnection } from '../fs/kernel-fuse-keeper.js'
 import { fdStoreFromEnv, type FdStore } from './fd-stores.js'
 import type { LogLine } from '../log-line.js'
+import { HOLDER_RESCUE_ENV, startRescueHolder } from './rescue-holder.js'
 
 export const CONNECTIONS_FILE = 'connections.json'
 const FILE_VERSION = 1
@@ -35,7 +37,7 @@ export function connectionName (mountpoint: string): string {
 }
 
 export class HeldConnections implements ConnectionKeeper {
-  readonly store: FdStore
+  store: FdStore
   readonly #file: string
   readonly #log: LogLine
   readonly #records: Map<string, ConnectionRecord>
@@ -43,6 +45,8 @@ export class HeldConnections implements ConnectionKeeper {
   readonly #available = new Map<string, KeptConnection>()
   /** Mountpoints an earlier daemon recorded whose connection is gone (nothing kept its fd). */
   readonly lost: string[] = []
+  /** This process's fd of each connection it serves, by name: what a new holder is handed when the old one dies. */
+  readonly #served = new Map<string, number>()
   #storeFailed = false
   #storeGone = false
 
@@ -68,12 +72,7 @@ export class HeldConnections implements ConnectionKeeper {
     this.#file = file
     this.#log = log
     this.#records = readRecords(file, log)
-    try {
-      store.onGone(why => {
-        this.#storeGone = true
-        this.#log(`${describeError(why)}: FUSE connections will not survive this daemon`, 'warn')
-      })
-    } catch (err) { this.#storeDown(err) }
+    this.#watchGone(store)
     let held = new Map<string, number>()
     try { held = store.list() } catch (err) { this.#storeDown(err) }
     for (const [name, fd] of held) {
@@ -102,18 +101,21 @@ export class HeldConnections implements ConnectionKeeper {
   take (mountpoint: string): KeptConnection | undefined {
     const kept = this.#available.get(mountpoint)
     this.#available.delete(mountpoint)
+    if (kept !== undefined) this.#served.set(connectionName(mountpoint), kept.fd) // the server owns it from here, or discard() closes it
     return kept
   }
 
   keep (fd: number, record: ConnectionRecord): void {
     const name = connectionName(record.mountpoint)
     this.#records.set(name, record)
+    this.#served.set(name, fd)
     this.#save()
     this.store.put(name, fd) // throws: the caller logs that this mount will not survive a crash
   }
 
   forget (mountpoint: string): void {
     const name = connectionName(mountpoint)
+    this.#served.delete(name)
     if (!this.#records.has(name)) return
     try { this.store.drop(name) } catch (err) { this.#storeDown(err) }
     this.#records.delete(name)
@@ -146,6 +148,48 @@ export class HeldConnections implements ConnectionKeeper {
     try { this.store.ready() } catch (err) { this.#storeDown(err) }
   }
 
+  /** Watch `store` for going (the holder died): a holder's is replaced by a new holder, handed every served connection. */
+  #watchGone (store: FdStore): void {
+    try {
+      store.onGone(why => {
+        if (store !== this.store) return
+        if (store.kind === 'holder' && process.env[HOLDER_RESCUE_ENV] !== '0' && this.#rescue(describeError(why))) return
+        this.#storeGone = true
+        this.#log(`${describeError(why)}: FUSE connections will not survive this daemon`, 'warn')
+      })
+    } catch (err) { this.#storeDown(err) }
+  }
+
+  /**
+   * Start a new holder and hand it this daemon's connections (queued in its
+   * socket, so the holder's boot does not hold this daemon up). Sync; false
+   * (logged) when no holder could be started.
+   */
+  #rescue (why: string): boolean {
+    let store
+    try {
+      store = startRescueHolder(this.#log)
+      let handed = 0
+      for (const [name, fd] of this.#served) {
+        // A connection the kernel ended (an unmount from outside) may have closed its fd under an unchanged record: never hand over a reused number.
+        if (!isFuseFd(fd)) { this.#log(`fd ${fd} of ${name} is no longer /dev/fuse: not handed to the new holder`); continue }
+        store.handOver(name, fd)
+        handed++
+      }
+      store.ready()
+      this.#log(`${why}: ${handed} FUSE connection(s) handed to a new holder`)
+    } catch (err) {
+      this.#log(`${why}, and no new holder could take its place: ${describeError(err)}`, 'warn')
+      return false
+    }
+    this.store = store
+    this.#storeFailed = false
+    // Not the new holder's child: it learns this daemon's exit code from here (a SIGKILL sends nothing: a crash).
+    process.once('exit', code => { if (this.store === store) store.exiting(code) })
+    this.#watchGone(store)
+    return true
+  }
+
   #storeDown (err: unknown): void {
     if (this.#storeFailed) return
     this.#storeFailed = true
@@ -162,6 +206,11 @@ export class HeldConnections implements ConnectionKeeper {
       this.#log(`cannot write ${this.#file}: a restarted daemon may not take over its mounts: ${describeError(err)}`, 'warn')
     }
   }
+}
+
+/** Whether `fd` is open on /dev/fuse in this process. Sync. */
+function isFuseFd (fd: number): boolean {
+  try { return readlinkSync(`/proc/self/fd/${fd}`) === '/dev/fuse' } catch { return false }
 }
 
 /**

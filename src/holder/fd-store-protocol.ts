@@ -11,6 +11,9 @@
  *                                   (a warm standby: answered only when it is to take over)
  *                                   (a planned restart then tells the old layerd to hand over)
  *   → { op: 'ready' }               layerd serves (resets the holder's restart backoff)    ← { op: 'ok' }
+ *   → { op: 'exiting', code }       layerd exits with `code` (no answer): sent only by a
+ *                                   layerd that is not the holder's child (a rescue holder's,
+ *                                   rescue-holder.ts), whose exit code the holder cannot reap
  *   any failure                                                                            ← { op: 'error', message }
  *
  * Names are what systemd's FDNAME allows: [A-Za-z0-9_.-], 1 to 64 bytes.
@@ -52,6 +55,7 @@ export type HolderRequest =
   | { op: 'list' }
   | { op: 'standby' }
   | { op: 'ready' }
+  | { op: 'exiting', code: number }
 
 export type HolderReply =
   | { op: 'ok' }
@@ -75,8 +79,9 @@ export function decodeRequest (data: Buffer): HolderRequest | string {
   let m: unknown
   try { m = JSON.parse(data.toString('utf8')) } catch { return 'not JSON' }
   if (typeof m !== 'object' || m === null || Array.isArray(m)) return 'not an object'
-  const { op, name } = m as { op?: unknown, name?: unknown }
+  const { op, name, code } = m as { op?: unknown, name?: unknown, code?: unknown }
   if (op === 'list' || op === 'ready' || op === 'standby') return { op }
+  if (op === 'exiting') return Number.isInteger(code) ? { op, code: code as number } : `bad exit code ${JSON.stringify(code)}`
   if (op === 'put' || op === 'drop') return validFdName(name) ? { op, name } : `bad fd name ${JSON.stringify(name)}`
   return `unknown op ${JSON.stringify(op)}`
 }

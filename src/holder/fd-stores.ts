@@ -55,8 +55,8 @@ export class HolderFdStore implements FdStore {
   readonly #native: NativeFdPassing
   /** A holder still booting that keeps nothing (HOLDER_FRESH_ENV): `list` and `standby` are answered here, until the first `put`. */
   #fresh: boolean
-  /** Answers still to read before the next call's: those to `ready`, sent without waiting. */
-  #unread = 0
+  /** Requests whose answers are still to read before the next call's: a `ready`, and `put`s sent by `handOver`, sent without waiting. */
+  readonly #unread: HolderRequest[] = []
 
   constructor (sock: number, fresh = false) {
     this.#native = nativeFdPassing()
@@ -89,7 +89,18 @@ export class HolderFdStore implements FdStore {
     if (this.#fresh && !untilTakeover) return // no other layerd runs under a fresh holder: it would answer ok at once
     this.#call({ op: 'standby' }, [], untilTakeover ? -1 : HOLDER_REPLY_TIMEOUT_MS)
   }
-  ready (): void { this.#send({ op: 'ready' }, []); this.#unread++ }
+  ready (): void { this.#send({ op: 'ready' }, []); this.#unread.push({ op: 'ready' }) }
+  /**
+   * Hand `fd` to a holder that may still be booting, without waiting for its
+   * answer (read before the next call's): once sent, the fd is in the socket,
+   * which the holder's end keeps alive even if this process dies before the
+   * holder reads it. Sync; throws FdStoreError when it cannot be sent.
+   */
+  handOver (name: string, fd: number): void { this.#fresh = false; this.#send({ op: 'put', name }, [fd]); this.#unread.push({ op: 'put', name }) }
+  /** Tell the holder this process exits with `code` (it is not the holder's child, so the holder cannot reap the code). Sync; never throws (the holder may be gone). */
+  exiting (code: number): void {
+    try { this.#native.fdSend(this.#sock, encodeMessage({ op: 'exiting', code }), []) } catch {}
+  }
   onGone (listener: (why: FdStoreError) => void): void {
     try {
       // The socket stays open for this process's life: nothing here closes it.
@@ -107,12 +118,9 @@ export class HolderFdStore implements FdStore {
     this.#expectOk(request, timeoutMs)
   }
 
-  /** Read the answers to the `ready`s sent without waiting (they come before the next call's). */
+  /** Read the answers to the requests sent without waiting (they come before the next call's). */
   #readUnread (): void {
-    while (this.#unread > 0) {
-      this.#unread--
-      this.#expectOk({ op: 'ready' }, HOLDER_REPLY_TIMEOUT_MS)
-    }
+    for (let request = this.#unread.shift(); request !== undefined; request = this.#unread.shift()) this.#expectOk(request, HOLDER_REPLY_TIMEOUT_MS)
   }
 
   /** Read the answer to `request`: ok, or throw FdStoreError. */

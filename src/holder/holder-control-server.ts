@@ -13,6 +13,8 @@ import { HolderError, LayerdError, describeError } from '../errors.js'
 import { HOLDER_SOCKET, MAX_MESSAGE_BYTES } from './fd-store-protocol.js'
 
 export interface HolderStatus {
+  /** The holder's pid (`layerctl daemon status --json`'s `holder.pid`). */
+  pid: number
   holderPid: number
   daemonPid: number | null
   /** When the current layerd reported that it serves (ISO), or null. */

@@ -13,6 +13,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, writeFileSyn
 import { getPriority } from 'node:os'
 import { join } from 'node:path'
 import { layerdNode } from '../../fixtures/layerd-harness.js'
+import { callHolder } from './holder-client.js'
 import { connectDaemon, HOLDER_ENTRY, HOLDER_FRONT, holderCommand } from '../daemon/client/daemon-launcher.js'
 import { HOLDER_PID_FILE } from './fd-store-protocol.js'
 
@@ -63,7 +64,7 @@ async function startedHome (t: Test, name: string): Promise<{ home: string, pid:
 }
 
 /** Start the front at `<dir>/name` with the holder entry `script` (JS source) instead of the Node holder, logging to layerd.log. Sync. */
-function startWithHolder (t: Test, name: string, script: string): { home: string, front: ChildProcess } {
+function startWithHolder (t: Test, name: string, script: string, env: NodeJS.ProcessEnv = process.env): { home: string, front: ChildProcess } {
   const home = join(dir, name)
   t.teardown(layerdNode(home).stopDaemon)
   const entry = join(dir, `${name}-holder.mjs`)
@@ -71,7 +72,7 @@ function startWithHolder (t: Test, name: string, script: string): { home: string
   mkdirSync(home, { recursive: true })
   const logFd = openSync(join(home, 'layerd.log'), 'a')
   const { file, args } = holderCommand(home, [], { holderEntry: entry })
-  try { return { home, front: spawn(file, args, { stdio: ['ignore', logFd, logFd], detached: true }) } } finally { closeSync(logFd) }
+  try { return { home, front: spawn(file, args, { stdio: ['ignore', logFd, logFd], detached: true, env }) } } finally { closeSync(logFd) }
 }
 
 t.test('holderCommand() starts the holder through its C front when it is built', async t => {
@@ -127,8 +128,8 @@ t.test('a second front for a home whose holder runs exits 3 and changes nothing'
   t.equal(await servingPid(home), pid, 'the same layerd serves')
 })
 
-// A holder that dies leaves layerd serving, unprotected: layerd sees the holder's socket close on its event loop (not at
-// its next call, which may never come) and says so, and `ping` says nothing keeps its connections any more.
+// A holder that dies: layerd sees the holder's socket close on its event loop (not at its next call, which may never
+// come) and starts a new holder (rescue-holder.ts); with the rescue off, it serves on unprotected and says so.
 const DYING_HOLDERS = [
   // in the window between the front's exec and the holder serving layerd's socket, before layerd's `ready`
   { name: 'd1', when: 'while it boots', script: 'process.exit(1)\n' },
@@ -144,8 +145,20 @@ process.exit(1)
   }
 ]
 for (const { name, when, script } of DYING_HOLDERS) {
-  t.test(`a holder that dies ${when} leaves the front's layerd serving, unprotected, and saying so at once`, async t => {
-    const { home, front } = startWithHolder(t, name, script)
+  t.test(`a holder that dies ${when}: the front's layerd starts a new holder, which takes it on`, async t => {
+    const { home, front } = startWithHolder(t, `${name}r`, script)
+    t.equal(await new Promise(resolve => front.once('exit', resolve)), 1, 'the holder died')
+    await until('layerd serves', async () => { await servingPid(home); return true })
+    const pid = await servingPid(home)
+    await until('layerd hands its connections to a new holder', async () =>
+      /the holder is gone \(its socket (hung up|failed: ECONNRESET)[^\n]*: 0 FUSE connection\(s\) handed to a new holder/.test(readFileSync(join(home, 'layerd.log'), 'utf8')))
+    await until('the new holder serves layerd', async () => (await callHolder(home, 'status')).daemonPid === pid)
+    t.equal((await callHolder(home, 'status')).pid, holderPid(home), 'holder.pid names the new holder')
+    const client = await connectDaemon({ home, autoStart: false })
+    try { t.equal((await client.call('ping')).connectionsKeptBy, 'holder', 'ping says a holder keeps its connections') } finally { client.close() }
+  })
+  t.test(`with the rescue off, a holder that dies ${when} leaves the front's layerd serving, unprotected, and saying so at once`, async t => {
+    const { home, front } = startWithHolder(t, name, script, { ...process.env, LAYERD_HOLDER_RESCUE: '0' })
     t.equal(await new Promise(resolve => front.once('exit', resolve)), 1, 'the holder died')
     await until('layerd serves', async () => { await servingPid(home); return true })
     const pid = await servingPid(home)

@@ -15,7 +15,17 @@ export function holderPidIn (home: string): number | undefined {
   let pid: number
   try { pid = Number(readFileSync(join(home, HOLDER_PID_FILE), 'utf8').trim()) } catch { return undefined }
   if (!Number.isSafeInteger(pid) || pid <= 0) return undefined
+  // A killed holder whose parent does not reap it (PID 1 here is no init) stays a zombie: dead, whatever kill(0) says.
+  if (isZombie(pid)) return undefined
   try { process.kill(pid, 0); return pid } catch (err) { return (err as NodeJS.ErrnoException).code === 'EPERM' ? pid : undefined }
+}
+
+/** Whether `pid` has exited and waits to be reaped (/proc/PID/stat state Z; the comm field may hold spaces). Sync. */
+function isZombie (pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'Z'
+  } catch { return false }
 }
 
 /** Write this process's pid to `<home>/holder.pid`. Sync. Throws HolderError when another live holder's pid is there. */

@@ -35,6 +35,7 @@ import { HOLDER_EXIT, LAYERD_EXIT } from '../exit-codes.js'
 import { nativeFdPassing, type NativeFdPassing } from '../native.js'
 import { setProcessNice } from '../host/thread-priority.js'
 import { AdoptedDaemon, type DaemonProcess } from './adopted-daemon.js'
+import { RescuedDaemon } from './rescued-daemon.js'
 import { HOLDER_SOCKET, MAX_MESSAGE_BYTES, decodeRequest, encodeMessage, type HolderReply } from './fd-store-protocol.js'
 import { listenHolderControl, type HolderStatus, type RestartResult } from './holder-control-server.js'
 import { releaseHolderPidFile, takeHolderPidFile } from './holder-pid-file.js'
@@ -74,6 +75,12 @@ export interface HolderOptions {
   adopt?: { pid: number, sock: number }
   /** The nice value to go back to, on every thread, at start: the C front booted this process nicer than layerd. */
   niceBack?: number
+  /**
+   * A serving layerd whose holder died, which started this one
+   * (rescue-holder.ts): its pid (not a child of this process) and the
+   * holder's end of its socketpair. It is this holder's current layerd.
+   */
+  rescue?: { pid: number, sock: number }
 }
 
 interface Generation {
@@ -98,6 +105,15 @@ function watchAdopted ({ pid, sock }: { pid: number, sock: number }): AdoptedDae
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ECHILD') throw err
     throw new BadInputError(`--adopt ${pid}:${sock}: process ${pid} is not a child of this holder`, { cause: err })
+  }
+}
+
+/** Hold the layerd that asked for this holder (HolderOptions.rescue). Sync; throws BadInputError when no process `pid` exists. */
+function rescuedDaemon ({ pid, sock }: { pid: number, sock: number }): RescuedDaemon {
+  try {
+    return new RescuedDaemon(pid)
+  } catch (err) {
+    throw new BadInputError(`--rescue ${pid}:${sock}: no process ${pid}`, { cause: err })
   }
 }
 
@@ -139,17 +155,20 @@ export class Holder {
       try { setProcessNice(this.#opts.niceBack) } catch (err) { this.#opts.log(`holder: cannot go back to nice ${this.#opts.niceBack}: ${describeError(err)}`, 'warn') }
     }
     const adopted = adopt === undefined ? undefined : watchAdopted(adopt)
+    const rescue = this.#opts.rescue
+    const rescued = rescue === undefined ? undefined : rescuedDaemon(rescue)
     try {
       takeHolderPidFile(this.#opts.home)
     } catch (err) {
       adopted?.kill('SIGTERM') // it holds nothing yet: it waits for this holder
-      throw err
+      throw err // a rescued layerd serves on, unprotected, and logs its socket's hang-up
     }
     try {
-      // An adopted layerd may already wait for an answer on its socket: serve that first.
+      // An adopted or rescued layerd may already wait for an answer on its socket: serve that first.
       if (adopt !== undefined && adopted !== undefined) this.#adopt(adopt.sock, adopted)
+      if (rescue !== undefined && rescued !== undefined) this.#takeRescued(rescue.sock, rescued)
       this.#server = await listenHolderControl(this.#opts.home, { status: () => this.status(), restart: async entry => await this.restart(entry) })
-      if (adopt === undefined) this.#spawn()
+      if (adopt === undefined && rescue === undefined) this.#spawn()
     } catch (err) {
       this.#current?.child.kill('SIGTERM')
       releaseHolderPidFile(this.#opts.home)
@@ -160,6 +179,7 @@ export class Holder {
   status (): HolderStatus {
     const g = this.#current
     return {
+      pid: process.pid,
       holderPid: process.pid,
       daemonPid: g?.child.pid ?? null,
       daemonReadyAt: g?.readyAt === undefined ? null : new Date(performance.timeOrigin + g.readyAt).toISOString(),
@@ -225,6 +245,21 @@ export class Holder {
       throw new BadInputError(`--adopt ${pid}:${sock}: fd ${sock} is not open: ${describeError(err)}`, { cause: err })
     }
     this.#opts.log(`holder ${process.pid}: adopted layerd ${pid} (${this.#entry}), started by the holder's front`)
+    child.on('exit', (code, signal) => this.#exited(g, code, signal))
+    this.#serveFdStore(g)
+  }
+
+  /** Take the layerd that started this holder (HolderOptions.rescue) as the current one: it serves already. Sync; throws BadInputError for a closed fd. */
+  #takeRescued (sock: number, child: RescuedDaemon): void {
+    const g: Generation = { child, sock, startedAt: performance.now() }
+    this.#current = g
+    this.#served = true // its warm standby starts as soon as it says `ready`, not FIRST_STANDBY_DELAY_MS later
+    try {
+      this.#native.fdSetCloexec(sock)
+    } catch (err) {
+      throw new BadInputError(`--rescue ${child.pid}:${sock}: fd ${sock} is not open: ${describeError(err)}`, { cause: err })
+    }
+    this.#opts.log(`holder ${process.pid}: took over layerd ${child.pid} (${this.#entry}), whose holder died`)
     child.on('exit', (code, signal) => this.#exited(g, code, signal))
     this.#serveFdStore(g)
   }
@@ -321,6 +356,7 @@ export class Holder {
         if (err !== null || m === null) {
           if (err !== null && err.code !== 'ECONNRESET') this.#opts.log(`holder: the fd socket of layerd ${g.child.pid ?? '?'} failed: ${describeError(err)}`, 'warn')
           closeSync(g.sock)
+          if (g.child instanceof RescuedDaemon) g.child.ended() // not a child: the hang-up is how its exit shows
           return
         }
         try {
@@ -337,6 +373,10 @@ export class Holder {
   #answer (g: Generation, data: Buffer, fds: number[]): void {
     const reply = (r: HolderReply, attach: number[] = []): void => { this.#native.fdSend(g.sock, encodeMessage(r), attach) }
     const req = decodeRequest(data)
+    if (typeof req !== 'string' && req.op === 'exiting' && fds.length === 0) {
+      if (g.child instanceof RescuedDaemon) g.child.exitingWith(req.code) // no answer: it is exiting
+      return
+    }
     if (typeof req === 'string' || (req.op === 'put' ? fds.length !== 1 : fds.length !== 0)) {
       for (const fd of fds) closeSync(fd)
       reply({ op: 'error', message: typeof req === 'string' ? req : `${req.op} with ${fds.length} fd(s)` })
