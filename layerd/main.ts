@@ -6,7 +6,7 @@
  * socket of src/cli/run-server.ts plugged in),
  * then serve until SIGTERM.
  *
- *   layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--no-restore] [--foreground]
+ *   layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--store-deadline DURATION] [--no-restore] [--foreground]
  *          [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]
  *
  * --metrics-addr (env LAYERD_METRICS_ADDR) serves Prometheus metrics on
@@ -15,13 +15,15 @@
  * --memory-target (env LAYERD_MEMORY_TARGET): proactive reclaim above that
  * memory use where layerd is charged (src/daemon/memory/memory-reclaimer.ts); on by
  * default at half the limit; `off` turns it off.
+ * --store-deadline (env LAYERD_STORE_DEADLINE, default 60s): how long a FUSE
+ * read waits for an unavailable store, retrying, before it gets EIO.
  *
  * Without --foreground it starts itself in the background and returns once
  * the control socket answers. Exit codes: see LAYERD_EXIT (src/exit-codes.ts).
  */
 import { parseArgs } from 'node:util'
 import { describeError } from '../src/errors.js'
-import { parseSize } from '../src/cli/human-units.js'
+import { parseDuration, parseSize } from '../src/cli/human-units.js'
 import { resolveSettings } from '../src/state/settings.js'
 import { AlreadyRunningError, LayerdDaemon } from '../src/daemon/layerd-daemon.js'
 import { LAYERD_EXIT } from '../src/exit-codes.js'
@@ -54,6 +56,7 @@ async function main (): Promise<number> {
         home: { type: 'string' },
         'cache-size': { type: 'string' },
         'memory-target': { type: 'string' },
+        'store-deadline': { type: 'string' },
         'no-restore': { type: 'boolean' },
         foreground: { type: 'boolean' },
         'metrics-addr': { type: 'string' },
@@ -63,11 +66,11 @@ async function main (): Promise<number> {
       }
     }))
   } catch (err) {
-    console.error(`layerd: ${describeError(err)}; usage: layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]`)
+    console.error(`layerd: ${describeError(err)}; usage: layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--store-deadline DURATION] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]`)
     return LAYERD_EXIT.USAGE
   }
   if (values.help === true) {
-    console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]')
+    console.log('usage: layerd [--home DIR] [--cache-size SIZE] [--memory-target SIZE|off] [--store-deadline DURATION] [--no-restore] [--foreground] [--metrics-addr HOST:PORT] [--log-format text|json] [--log-level debug|info|warn|error]')
     return LAYERD_EXIT.OK
   }
   const settings = resolveSettings({ ...(values.home === undefined ? {} : { home: values.home }) })
@@ -84,6 +87,12 @@ async function main (): Promise<number> {
     console.error(`layerd: invalid --memory-target ${JSON.stringify(memoryTargetFlag)} (or LAYERD_MEMORY_TARGET): use a size such as 2G, or off`)
     return LAYERD_EXIT.USAGE
   }
+  const storeDeadlineFlag = values['store-deadline'] ?? settings.storeDeadline
+  const storeDeadlineMs = storeDeadlineFlag === undefined ? null : parseDuration(storeDeadlineFlag)
+  if (storeDeadlineMs === undefined || (storeDeadlineMs !== null && storeDeadlineMs < 1000)) {
+    console.error(`layerd: invalid --store-deadline ${JSON.stringify(storeDeadlineFlag)} (or LAYERD_STORE_DEADLINE): use a duration of at least 1s, such as 60s or 5m`)
+    return LAYERD_EXIT.USAGE
+  }
   const metricsAddr = values['metrics-addr'] ?? (process.env.LAYERD_METRICS_ADDR === '' ? undefined : process.env.LAYERD_METRICS_ADDR)
   let log: Logger
   try {
@@ -94,7 +103,8 @@ async function main (): Promise<number> {
     return LAYERD_EXIT.USAGE
   }
   if (values.foreground !== true) {
-    const args = ['--cache-size', cacheSizeFlag, ...(memoryTargetFlag === undefined ? [] : ['--memory-target', memoryTargetFlag]), ...(values['no-restore'] === true ? ['--no-restore'] : []),
+    const args = ['--cache-size', cacheSizeFlag, ...(memoryTargetFlag === undefined ? [] : ['--memory-target', memoryTargetFlag]),
+      ...(storeDeadlineFlag === undefined ? [] : ['--store-deadline', storeDeadlineFlag]), ...(values['no-restore'] === true ? ['--no-restore'] : []),
       ...(metricsAddr === undefined ? [] : ['--metrics-addr', metricsAddr]),
       ...(values['log-format'] === undefined ? [] : ['--log-format', values['log-format']]),
       ...(values['log-level'] === undefined ? [] : ['--log-level', values['log-level']])]
@@ -130,6 +140,7 @@ async function main (): Promise<number> {
     cacheBytes,
     restoreMounts: values['no-restore'] !== true,
     memoryTarget,
+    ...(storeDeadlineMs === null ? {} : { storeDeadlineMs }),
     warmStandby,
     ...(serveNice === undefined || !Number.isInteger(serveNice) ? {} : { serveNice }),
     mounts: { stacks: settings.stacks, topLayerPrefetch: settings.topLayerPrefetch, ...(fuseBackend === undefined ? {} : { fuseBackend }) },

@@ -15,7 +15,9 @@
  *   as its cause; a failure that is not a LayerdError is a bug, wrapped as
  *   InternalError with its cause (and stack). A GET slower than
  *   `fetchTimeoutMs` fails with StoreUnavailableError instead of hanging.
- *   No retries here: a retrying store sits below if wanted.
+ *   No retries here: a retrying store sits below if wanted. A store that
+ *   stays unavailable is logged once per outage, not once per failed GET
+ *   (store-outage.ts).
  *
  * Counters: `fetcher.stats` counts for the node; a consumer (one FUSE mount)
  * passes its own FetchStats sink to read()/prefetch()/getCached() and gets
@@ -32,6 +34,7 @@ import type { ObjectStore } from '../store/object-store.js'
 import type { ChunkCache } from './chunk-cache.js'
 import { decodeChunk, describeChunk } from './chunk-decoder.js'
 import { FetchScheduler, type FetchJob, type FetchPriority } from './fetch-scheduler.js'
+import { StoreOutage } from './store-outage.js'
 import { DEFAULT_MAX_GAP_BYTES, DEFAULT_MAX_RUN_BYTES, planRanges, type RangeRun } from './range-planner.js'
 import type { LogLine } from '../log-line.js'
 
@@ -68,7 +71,7 @@ export interface ChunkFetcherOptions {
   maxRangeBytes?: number
   /** A GET still unanswered after this long fails with StoreUnavailableError. Default 30,000. */
   fetchTimeoutMs?: number
-  /** One line per failed GET, corrupt chunk or failed cache write. Default: none. */
+  /** One line per failed GET, corrupt chunk or failed cache write (an unavailable store: one per outage). Default: none. */
   log?: LogLine
 }
 
@@ -129,6 +132,8 @@ export class ChunkFetcher {
   #closing: Promise<void> | undefined
   /** Cache writes that failed (full disk, closed cache); the chunk was still served. */
   cacheWriteErrors = 0
+  /** Whether the store answers; logs each outage once (store-outage.ts). */
+  readonly outage: StoreOutage
 
   constructor (store: Pick<ObjectStore, 'getRange' | 'url' | 'remote'>, cache: ChunkCache, options: ChunkFetcherOptions = {}) {
     this.#store = store
@@ -140,6 +145,7 @@ export class ChunkFetcher {
     this.#plan = { maxGapBytes: options.maxGapBytes ?? DEFAULT_MAX_GAP_BYTES, maxRunBytes: options.maxRangeBytes ?? DEFAULT_MAX_RUN_BYTES }
     this.#timeoutMs = options.fetchTimeoutMs ?? DEFAULT_FETCH_TIMEOUT_MS
     this.#log = options.log ?? (() => {})
+    this.outage = new StoreOutage(store.url, this.#log)
   }
 
   /** Chunks being fetched right now (singleflight entries). */
@@ -336,9 +342,12 @@ export class ChunkFetcher {
         if (e instanceof CorruptObjectError) this.#countCorrupt(p)
         this.#fail(p, e)
       }
-      this.#log(this.#fetchError(err, job.pendings[0]!.ref, range).message, 'warn')
+      const first = this.#fetchError(err, job.pendings[0]!.ref, range)
+      if (first instanceof StoreUnavailableError) this.outage.failed(first)
+      else this.#log(first.message, 'warn')
       return
     }
+    this.outage.answered()
     this.stats.fetches++
     this.stats.fetchedBytes += data.length
     if (starter !== undefined) { starter.fetches++; starter.fetchedBytes += data.length }

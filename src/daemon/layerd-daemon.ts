@@ -55,6 +55,8 @@ export interface DaemonConfig {
    * limit where the daemon is charged (its cgroup's, or the node's); null: off.
    */
   memoryTarget?: number | 'default' | null
+  /** How long a read retries a store that does not answer before it fails (EIO); default STORE_DEADLINE_MS (reading/store-pool.ts). */
+  storeDeadlineMs?: number
   /** Started by the holder as a warm standby (HOLDER_STANDBY_ENV): wait, loaded, until told to take over. */
   warmStandby?: boolean
   /**
@@ -191,7 +193,7 @@ export class LayerdDaemon {
       const { openServingParts } = await loadServingModules()
       mark('modules')
       const parts = openServingParts({
-        home, cacheBytes: this.config.cacheBytes, memoryTarget: this.config.memoryTarget ?? 'default', log, mark,
+        home, cacheBytes: this.config.cacheBytes, memoryTarget: this.config.memoryTarget ?? 'default', ...(this.config.storeDeadlineMs === undefined ? {} : { storeDeadlineMs: this.config.storeDeadlineMs }), log, mark,
         ...(this.config.mounts === undefined ? {} : { mounts: this.config.mounts }),
         ...(this.#keeper === undefined ? {} : { keeper: this.#keeper }), ...(prepared === undefined ? {} : { prepared })
       })

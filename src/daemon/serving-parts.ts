@@ -33,6 +33,8 @@ export interface ServingPartsConfig {
   cacheBytes: number
   /** Reclaim above this memory use (bytes); 'default': half the limit where layerd is charged; null: off. */
   memoryTarget: number | 'default' | null
+  /** How long a read retries an unavailable store before EIO (store-pool.ts). */
+  storeDeadlineMs?: number
   mounts?: MountOptions
   keeper?: HeldConnections
   prepared?: PreparedTakeovers
@@ -75,7 +77,7 @@ export function openServingParts (config: ServingPartsConfig): ServingParts {
     throw err
   }
   mark('cache')
-  const stores = new StorePool(cache, log, { afterRead: pageCopies.afterStoreRead, beforeRead: pageCopies.beforeStoreRead })
+  const stores = new StorePool(cache, log, { afterRead: pageCopies.afterStoreRead, beforeRead: pageCopies.beforeStoreRead }, config.storeDeadlineMs)
   const mounts = new MountManager(db, cache, stores, log, join(home, 'images'), {
     ...config.mounts, sharedRecordsFile: join(home, 'shared-images.json'), ...(config.keeper === undefined ? {} : { keeper: config.keeper }), ...(config.prepared === undefined ? {} : { prepared: config.prepared })
   })

@@ -11,6 +11,7 @@
  * | S3 endpoint | `--s3-endpoint URL` | LAYERD_S3_ENDPOINT |
  * | cache cap of a daemon started on demand | `layerd --cache-size` | LAYERD_CACHE_SIZE |
  * | memory use above which layerd reclaims (default: half the limit; off) | `layerd --memory-target SIZE` | LAYERD_MEMORY_TARGET |
+ * | how long a read waits for an unavailable store before EIO (default 60s) | `layerd --store-deadline DURATION` | LAYERD_STORE_DEADLINE |
  * | image stacks (0: one merged mount per image, and per containerd layer chain) | | LAYERD_STACKS |
  * | a containerd chain's small top layer fetched whole at mount (0: on demand only) | | LAYERD_TOP_PREFETCH |
  * | FUSE backend (kernel, fuse-native) | | LAYERD_FUSE_BACKEND |
@@ -42,6 +43,8 @@ export interface Settings {
   cacheSize?: string
   /** Proactive reclaim's target (a size such as 2G, or 'off'); undefined: layerd's default. Checked by layerd/main.ts. */
   memoryTarget?: string
+  /** How long a read waits for an unavailable store (a duration such as 60s); undefined: layerd's default. Checked by layerd/main.ts. */
+  storeDeadline?: string
   /** Images for sandboxes as stacks (a shared base mount, the top layer, an overlay). Default true. */
   stacks: boolean
   /** A stacked containerd layer chain's small top layer is fetched whole at mount. Default true. */
@@ -76,12 +79,14 @@ export function resolveSettings (flags: SettingFlags, env: NodeJS.ProcessEnv = p
   const cacheSize = given('LAYERD_CACHE_SIZE')
   const fuseBackend = given('LAYERD_FUSE_BACKEND')
   const memoryTarget = given('LAYERD_MEMORY_TARGET')
+  const storeDeadline = given('LAYERD_STORE_DEADLINE')
   return {
     home,
     store,
     ...(s3Endpoint === undefined || s3Endpoint === '' ? {} : { s3Endpoint }),
     ...(cacheSize === undefined ? {} : { cacheSize }),
     ...(memoryTarget === undefined ? {} : { memoryTarget }),
+    ...(storeDeadline === undefined ? {} : { storeDeadline }),
     stacks: env.LAYERD_STACKS !== '0',
     topLayerPrefetch: env.LAYERD_TOP_PREFETCH !== '0',
     warmStandby: env.LAYERD_WARM_STANDBY !== '0',
