@@ -47,6 +47,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include <node_api.h>
+#include "fuse_passthrough.h"
 
 #define TABLE_MAGIC 0x5446444cu  // "LDFT"
 #define TABLE_VERSION 1
@@ -94,6 +95,7 @@ typedef struct {
 typedef struct {
   uint64_t entry_valid_s, attr_valid_s, negative_valid_s;
   uint32_t max_pages, max_readahead;
+  uint32_t passthrough;  // offer FUSE_PASSTHROUGH in INIT (then OPEN is answered, see fuse_passthrough.h)
   fuse_errnos err;
 } server_options;
 
@@ -113,7 +115,10 @@ typedef struct server {
   pthread_t threads[SERVER_THREADS];
   atomic_int running_threads;
   atomic_int closed_sent;
-  atomic_uint_fast64_t requests, reads, lookups, readdirs, opens, replies_failed;
+  atomic_uint_fast64_t requests, reads, lookups, readdirs, opens, replies_failed, passthrough_opens;
+  // Set when INIT settled passthrough (or, after a takeover, when the kept negotiation did).
+  int passthrough;
+  backing_table backing;
 } server;
 
 typedef struct {
@@ -255,6 +260,13 @@ static void op_init(server *s, struct fuse_in_header *in, const struct fuse_init
   s->kernel_minor = arg->minor;
   s->kernel_flags = arg->flags;
   s->kernel_flags2 = (arg->flags & INIT_EXT) != 0 ? arg->flags2 : 0;
+  if (s->opt.passthrough && (arg->flags & INIT_EXT) != 0 && (arg->flags2 & INIT_PASSTHROUGH_FLAGS2) != 0 &&
+      backing_table_init(&s->backing, s->fd, s->h->node_count) == 0) {
+    out.flags |= INIT_EXT;
+    out.flags2 = INIT_PASSTHROUGH_FLAGS2;
+    out.unused[0] = PASSTHROUGH_STACK_DEPTH;  // max_stack_depth in protocol 7.40
+    s->passthrough = 1;
+  }
   s->reply_flags = out.flags;
   s->opt.max_readahead = out.max_readahead;
   reply_data(s, in->unique, &out, sizeof out);
@@ -420,6 +432,22 @@ static void op_read(server *s, struct fuse_in_header *in, const struct fuse_read
   post_event(s, EVENT_READ, in->unique, in->nodeid, arg->offset, size);
 }
 
+// With passthrough, every OPEN is answered: a node with a backing file reads from it in the kernel,
+// the others as before (page cache kept across opens).
+static void op_open(server *s, struct fuse_in_header *in) {
+  atomic_fetch_add(&s->opens, 1);
+  const table_node *n = node_of(s, in->nodeid);
+  if (n == NULL) { reply_err(s, in->unique, s->opt.err.no_entry); return; }
+  open_answer a = backing_open(&s->backing, in->nodeid, FOPEN_KEEP_CACHE);
+  if (a.backing_id > 0) atomic_fetch_add(&s->passthrough_opens, 1);
+  struct fuse_open_out out;
+  memset(&out, 0, sizeof out);
+  out.fh = a.fh;
+  out.open_flags = a.open_flags;
+  out.padding = (uint32_t)a.backing_id;  // backing_id in protocol 7.40
+  reply_data(s, in->unique, &out, sizeof out);
+}
+
 static void dispatch(server *s, char *buf, size_t n) {
   if (n < sizeof(struct fuse_in_header)) return;
   struct fuse_in_header *in = (struct fuse_in_header *)buf;
@@ -440,7 +468,10 @@ static void dispatch(server *s, char *buf, size_t n) {
     case FUSE_FORGET: case FUSE_BATCH_FORGET: return;  // the table is immutable: nothing to free, no reply
     case FUSE_GETATTR: op_getattr(s, in); return;
     case FUSE_READLINK: op_readlink(s, in); return;
-    case FUSE_OPEN: case FUSE_OPENDIR:
+    case FUSE_OPEN:
+      if (s->passthrough) { op_open(s, in); return; }
+      __attribute__((fallthrough));  // without passthrough no OPEN is worth a round trip
+    case FUSE_OPENDIR:
       // ENOSYS: the kernel stops sending OPEN/OPENDIR, keeps the page cache and caches listings.
       atomic_fetch_add(&s->opens, 1);
       reply_err(s, in->unique, s->opt.err.not_implemented);
@@ -453,7 +484,11 @@ static void dispatch(server *s, char *buf, size_t n) {
       if (avail < sizeof(struct fuse_read_in)) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
       op_readdir(s, in, (const struct fuse_read_in *)arg, in->opcode == FUSE_READDIRPLUS);
       return;
-    case FUSE_RELEASE: case FUSE_RELEASEDIR: reply_err(s, in->unique, 0); return;
+    case FUSE_RELEASE:
+      if (s->passthrough && avail >= sizeof(struct fuse_release_in)) backing_release(&s->backing, in->nodeid, ((const struct fuse_release_in *)arg)->fh);
+      reply_err(s, in->unique, 0);
+      return;
+    case FUSE_RELEASEDIR: reply_err(s, in->unique, 0); return;
     case FUSE_STATFS: op_statfs(s, in); return;
     case FUSE_GETXATTR:
       if (avail < sizeof(struct fuse_getxattr_in)) { reply_err(s, in->unique, s->opt.err.bad_request); return; }
@@ -529,6 +564,7 @@ static void finalize_server(napi_env env, void *data, void *hint) {
   server *s = data;
   // Only freed once no thread runs: a server still serving keeps its handle referenced from JS.
   if (atomic_load(&s->running_threads) == 0) {
+    backing_table_free(&s->backing);
     free(s->table_bytes);
     if (s->fd >= 0) close(s->fd);
     free(s);
@@ -573,6 +609,11 @@ static int get_options(napi_env env, napi_value obj, server_options *opt) {
   }
   opt->max_pages = (uint32_t)max_pages;
   opt->max_readahead = (uint32_t)max_readahead;
+  bool has_passthrough = false;
+  napi_has_named_property(env, obj, "passthrough", &has_passthrough);
+  uint64_t passthrough = 0;
+  if (has_passthrough && !get_u64_prop(env, obj, "passthrough", &passthrough)) return 0;
+  opt->passthrough = passthrough != 0;
   return 1;
 }
 
@@ -714,6 +755,11 @@ static napi_value js_attach(napi_env env, napi_callback_info info) {
   s->kernel_flags2 = (uint32_t)kflags2;
   s->reply_flags = (uint32_t)rflags;
   s->fd = fd;
+  // The earlier daemon settled passthrough iff it replied INIT_EXT (only passthrough sets it) with the same options.
+  if (opt.passthrough && (rflags & INIT_EXT) != 0 && (kflags2 & INIT_PASSTHROUGH_FLAGS2) != 0) {
+    if (backing_table_init(&s->backing, fd, s->h->node_count) != 0) { free(s->table_bytes); free(s); return throw_msg(env, "ENOMEM", "out of memory"); }
+    s->passthrough = 1;
+  }
   const char *why = start_server(env, s, argv[4]);
   if (why != NULL) return throw_msg(env, "EAGAIN", why);  // s and fd stay with the caller's cleanup: close(fd)
   struct fuse_out_header resend = { .len = sizeof resend, .error = NOTIFY_RESEND, .unique = 0 };
@@ -786,6 +832,7 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   set_count(env, obj, "opens", atomic_load(&s->opens));
   set_count(env, obj, "reads", atomic_load(&s->reads));
   set_count(env, obj, "repliesFailed", atomic_load(&s->replies_failed));
+  set_count(env, obj, "passthroughOpens", atomic_load(&s->passthrough_opens));
   return obj;
 }
 
@@ -804,6 +851,8 @@ static napi_value js_init_info(napi_env env, napi_callback_info info) {
   set_count(env, obj, "maxReadahead", s->opt.max_readahead);
   napi_get_boolean(env, s->kernel_major == 7 && s->kernel_minor >= 40 && (s->kernel_flags2 & INIT_HAS_RESEND_FLAGS2) != 0, &v);
   napi_set_named_property(env, obj, "canResend", v);
+  napi_get_boolean(env, s->passthrough != 0, &v);
+  napi_set_named_property(env, obj, "passthrough", v);
   if (s->resend_errno != 0) napi_create_string_utf8(env, strerror(s->resend_errno), NAPI_AUTO_LENGTH, &v); else napi_get_null(env, &v);
   napi_set_named_property(env, obj, "resendError", v);
   return obj;
@@ -898,6 +947,62 @@ static napi_value js_invalidate(napi_env env, napi_callback_info info) {
   return promise;
 }
 
+// ---- passthrough backing files (fuse_passthrough.h) ---------------------
+
+// (server, nodeid[, third: int32]) -> server with the arguments, or NULL with a pending exception.
+static server *backing_args(napi_env env, napi_callback_info info, size_t want, uint32_t *nodeid, int32_t *third, const char *usage) {
+  napi_value argv[3];
+  size_t argc = get_argv(env, info, argv, 3);
+  server *s = argc >= want ? get_server(env, argv[0]) : NULL;
+  if (s == NULL || napi_get_value_uint32(env, argv[1], nodeid) != napi_ok ||
+      (want == 3 && napi_get_value_int32(env, argv[2], third) != napi_ok)) {
+    throw_msg(env, "ERR_INVALID_ARG_TYPE", usage);
+    return NULL;
+  }
+  if (!s->passthrough) { throw_msg(env, "ENOTSUP", "passthrough was not negotiated on this connection"); return NULL; }
+  return s;
+}
+
+static napi_value throw_errno(napi_env env, int err, const char *what) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s", what, strerror(err));
+  return throw_msg(env, strerrorname_np(err), msg);
+}
+
+// fuseServerBackingAttach(server, nodeid, fd) -> backing id. `fd` (a read-only open of the backing file) stays the caller's.
+static napi_value js_backing_attach(napi_env env, napi_callback_info info) {
+  uint32_t nodeid;
+  int32_t fd = -1;
+  server *s = backing_args(env, info, 3, &nodeid, &fd, "fuseServerBackingAttach(server, nodeid, fd)");
+  if (s == NULL) return NULL;
+  int id = backing_attach(&s->backing, nodeid, fd);
+  if (id < 0) return throw_errno(env, -id, "FUSE_DEV_IOC_BACKING_OPEN");
+  napi_value v;
+  napi_create_int32(env, id, &v);
+  return v;
+}
+
+// fuseServerBackingInherit(server, nodeid, id): offer a backing id an earlier daemon registered on this connection.
+static napi_value js_backing_inherit(napi_env env, napi_callback_info info) {
+  uint32_t nodeid;
+  int32_t id = 0;
+  server *s = backing_args(env, info, 3, &nodeid, &id, "fuseServerBackingInherit(server, nodeid, id)");
+  if (s == NULL) return NULL;
+  int err = backing_inherit(&s->backing, nodeid, id);
+  if (err < 0) return throw_errno(env, -err, "inherit backing id");
+  return NULL;
+}
+
+// fuseServerBackingRetire(server, nodeid) -> whether the node had a backing file. New opens stop using it once no file does.
+static napi_value js_backing_retire(napi_env env, napi_callback_info info) {
+  uint32_t nodeid;
+  server *s = backing_args(env, info, 2, &nodeid, NULL, "fuseServerBackingRetire(server, nodeid)");
+  if (s == NULL) return NULL;
+  napi_value v;
+  napi_get_boolean(env, backing_retire(&s->backing, nodeid) != 0, &v);
+  return v;
+}
+
 void fuse_server_register(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
     { "fuseServerMount", 0, js_mount, 0, 0, 0, napi_default, 0 },
@@ -908,6 +1013,9 @@ void fuse_server_register(napi_env env, napi_value exports) {
     { "fuseServerReplyError", 0, js_reply_error, 0, 0, 0, napi_default, 0 },
     { "fuseServerCounters", 0, js_counters, 0, 0, 0, napi_default, 0 },
     { "fuseServerInvalidate", 0, js_invalidate, 0, 0, 0, napi_default, 0 },
+    { "fuseServerBackingAttach", 0, js_backing_attach, 0, 0, 0, napi_default, 0 },
+    { "fuseServerBackingInherit", 0, js_backing_inherit, 0, 0, 0, napi_default, 0 },
+    { "fuseServerBackingRetire", 0, js_backing_retire, 0, 0, 0, napi_default, 0 },
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
 }

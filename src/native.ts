@@ -101,7 +101,15 @@ export interface NativeMemory {
 /** An opaque handle to a running kernel-protocol FUSE server (native/fuse_server.c). */
 export type NativeFuseServer = object & { readonly __brand: 'NativeFuseServer' }
 
-export interface NativeFuseServerOptions { entryValidS: number, attrValidS: number, negativeValidS: number, maxPages: number, maxReadahead: number }
+export interface NativeFuseServerOptions {
+  entryValidS: number
+  attrValidS: number
+  negativeValidS: number
+  maxPages: number
+  maxReadahead: number
+  /** 1: offer FUSE_PASSTHROUGH in INIT, so OPEN is answered and files with a backing file read in the kernel (native/fuse_passthrough.h). Absent: 0. */
+  passthrough?: number
+}
 
 /** What the server is started with: its options and the errno table it answers with (src/fs/fuse-errnos.ts's FuseErrnos). */
 export interface NativeFuseServerStart extends NativeFuseServerOptions { errnos: Readonly<Record<string, number>> }
@@ -122,6 +130,8 @@ export interface NativeFuseInitInfo extends NativeFuseInit {
   canResend: boolean
   /** After a takeover: why FUSE_NOTIFY_RESEND failed, or null. */
   resendError: string | null
+  /** FUSE_PASSTHROUGH was settled: backing files can be attached. */
+  passthrough: boolean
 }
 
 export type NativeFuseEvent = (kind: number, unique: bigint, nodeid: number, offset: number, size: number) => void
@@ -145,7 +155,19 @@ export interface NativeFuseServerBinding {
   fuseServerReply (server: NativeFuseServer, unique: bigint, data: Buffer, length: number): void
   /** `errno` positive. */
   fuseServerReplyError (server: NativeFuseServer, unique: bigint, errno: number): void
-  fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number }
+  fuseServerCounters (server: NativeFuseServer): { requests: number, lookups: number, readdirs: number, opens: number, reads: number, repliesFailed: number, passthroughOpens: number }
+  /**
+   * Passthrough (only where INIT settled it; otherwise they throw, code ENOTSUP).
+   * Attach: register `fd` (a read-only open of the node's backing file; it
+   * stays the caller's) with FUSE_DEV_IOC_BACKING_OPEN and offer it to new
+   * opens of `nodeid`; returns the backing id (the one already in use, if
+   * files still read through an earlier one). Throws with the errno name as `code`.
+   */
+  fuseServerBackingAttach (server: NativeFuseServer, nodeid: number, fd: number): number
+  /** Offer `id`, registered by an earlier daemon on this connection, to new opens of `nodeid` (after a takeover). */
+  fuseServerBackingInherit (server: NativeFuseServer, nodeid: number, id: number): void
+  /** Stop offering `nodeid`'s backing file; its id is closed once no open file uses it. Returns whether it had one. */
+  fuseServerBackingRetire (server: NativeFuseServer, nodeid: number): boolean
   /**
    * FUSE_NOTIFY_INVAL_INODE (whole file) for each node id: the kernel drops
    * its cached pages of those files. Written on a libuv worker (the kernel

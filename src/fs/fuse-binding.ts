@@ -148,6 +148,12 @@ export interface FuseMountOptions {
    * overrides the default.
    */
   backend?: FuseBackend
+  /**
+   * Kernel backend only: offer FUSE passthrough (Linux 6.9+), so files given
+   * a backing file (src/fs/passthrough-files.ts) are read by the kernel from
+   * it. fuse-native ignores it.
+   */
+  passthrough?: boolean
 }
 
 export type FuseBackend = 'kernel' | 'fuse-native'

@@ -10,14 +10,14 @@
 import { mkdir, realpath, statfs } from 'node:fs/promises'
 import { basename, dirname, join, resolve } from 'node:path'
 import { UsageError, describeError } from '../errors.js'
-import { mergeLayers, type MergedTree } from '../format/merge.js'
+import { mergeLayers, type MergedInode, type MergedTree } from '../format/merge.js'
 import type { LayerToc } from '../format/toc.js'
 import { ErrnoBoundary } from './errno-boundary.js'
 import { FileReader, type ChunkReader } from './file-reader.js'
 import { lazyUnmount, mountFuse, mountedFsType, type FuseBackend, type FuseMount, type FuseMountOptions } from './fuse-binding.js'
 import { createFuseOps } from './fuse-ops.js'
 import { ImageView } from './image-view.js'
-import { adoptKernelFuse, kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters, type KernelFuseMount } from './kernel-fuse.js'
+import { adoptKernelFuse, kernelFuseUnavailable, mountKernelFuse, type KernelFuseCounters, type KernelFuseMount, type PassthroughBackings } from './kernel-fuse.js'
 import type { ConnectionKeeper, TreeSource } from './kernel-fuse-keeper.js'
 import type { KernelFuseTable } from './kernel-fuse-table.js'
 import type { LogLine } from '../log-line.js'
@@ -99,6 +99,8 @@ export interface ImageMount {
   readonly adopted: boolean
   /** The kernel backend's request counters; undefined with fuse-native. Sync. */
   serverCounters: () => KernelFuseCounters | undefined
+  /** Where the connection has FUSE passthrough: its backing files, and its inodes by node id. */
+  readonly passthrough?: { backings: PassthroughBackings, nodes: ReadonlyArray<MergedInode | undefined> }
   /** Counters since mount. Sync. */
   stats: () => ImageMountStats
   /**
@@ -135,11 +137,13 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   let fuse: FuseMount | undefined
   let serverCounters: () => KernelFuseCounters | undefined = () => undefined
   let adopted = false
+  let passthrough: ImageMount['passthrough']
   if (kept !== undefined) {
     try {
       const kernel = adoptKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, kept, keeper!, prepared)
       serverCounters = kernel.counters
       fuse = kernel
+      if (kernel.backings !== undefined) passthrough = { backings: kernel.backings, nodes: kernel.nodes }
       backend = 'kernel'
       adopted = true
     } catch (err) {
@@ -153,6 +157,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
     const kernel: KernelFuseMount = await mountKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, keeper, options.source)
     serverCounters = kernel.counters
     fuse = kernel
+    if (kernel.backings !== undefined) passthrough = { backings: kernel.backings, nodes: kernel.nodes }
   } else if (fuse === undefined) {
     fuse = await mountFuse(mountpoint, createFuseOps({ view, files, boundary, kernelReadOnly: fuseOptions.readOnly }), fuseOptions)
   }
@@ -163,6 +168,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
     backend,
     adopted,
     serverCounters,
+    ...(passthrough === undefined ? {} : { passthrough }),
     stats: () => ({
       fetchedBytes: reader.fetchedBytes(),
       storedBytes,

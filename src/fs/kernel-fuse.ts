@@ -33,6 +33,7 @@ import { checkFsName, lazyUnmount, setReadAhead, type FuseMount, type FuseMountO
 import { FUSE_ERRNOS } from './fuse-errnos.js'
 import { fetchFailureErrno } from './fuse-ops.js'
 import type { ImageView } from './image-view.js'
+import type { MergedInode } from '../format/merge.js'
 import { encodeKernelFuseTable, type KernelFuseTable } from './kernel-fuse-table.js'
 import type { ConnectionKeeper, KeptConnection, TreeSource } from './kernel-fuse-keeper.js'
 import type { LogLine } from '../log-line.js'
@@ -67,12 +68,32 @@ export interface KernelFuseCounters {
   opens: number
   reads: number
   repliesFailed: number
+  /** Opens answered with FOPEN_PASSTHROUGH: that file's reads and mmap went to its backing file in the kernel. */
+  passthroughOpens: number
+}
+
+/**
+ * A connection's passthrough backing files (native/fuse_passthrough.h), where
+ * INIT settled FUSE_PASSTHROUGH. Node ids are the table's. Sync; attach throws
+ * with the kernel's errno (code) when it refuses the file.
+ */
+export interface PassthroughBackings {
+  /** Register `fd` (read-only, the caller's to close) as `nodeid`'s backing file; returns its backing id. */
+  attach: (nodeid: number, fd: number) => number
+  /** Offer a backing id an earlier daemon registered on this connection (a takeover). */
+  inherit: (nodeid: number, id: number) => void
+  /** Stop offering `nodeid`'s backing file; open files keep reading it. */
+  retire: (nodeid: number) => boolean
 }
 
 export interface KernelFuseMount extends FuseMount {
   counters: () => KernelFuseCounters
   /** Served from a connection an earlier daemon kept (no new mount, no INIT). */
   adopted: boolean
+  /** Present when the connection has passthrough. */
+  backings?: PassthroughBackings
+  /** The served inodes by node id (index 0 and directories' ids included: undefined or not regular files). */
+  nodes: ReadonlyArray<MergedInode | undefined>
 }
 
 /** sha256 hex of a metadata table: what a takeover compares. Sync. */
@@ -94,7 +115,9 @@ function serverSettings (options: FuseMountOptions): { server: NativeFuseServerO
     attrValidS: options.attrTimeoutS,
     negativeValidS: options.negativeTimeoutS,
     maxPages,
-    maxReadahead: Math.max(maxRead, (options.readAheadKiB ?? 0) * 1024)
+    maxReadahead: Math.max(maxRead, (options.readAheadKiB ?? 0) * 1024),
+    // Only when on: a record kept without the field still matches a daemon that does not ask for it.
+    ...(options.passthrough === true ? { passthrough: 1 } : {})
   }
   return { server, maxRead, mountOptions }
 }
@@ -170,7 +193,7 @@ export async function mountKernelFuse (mountpoint: string, context: KernelFuseCo
       context.log(`mount ${mountpoint}: its FUSE connection is not kept, so it will not survive a daemon crash: ${describeError(err)}`, 'warn')
     }
   }
-  return servedMount(native, server, mountpoint, false, keeper)
+  return servedMount(native, server, mountpoint, false, keeper, table.inodes)
 }
 
 /**
@@ -210,14 +233,24 @@ export function adoptKernelFuse (mountpoint: string, context: KernelFuseContext,
   reads.live()
   const resendError = native.fuseServerInit(server).resendError
   if (resendError !== null) context.log(`take over ${mountpoint}: FUSE_NOTIFY_RESEND failed (${resendError}): requests the dead daemon had read are not answered`, 'warn')
-  return servedMount(native, server, mountpoint, true, keeper)
+  return servedMount(native, server, mountpoint, true, keeper, table.inodes)
 }
 
-function servedMount (native: NativeFuseServerBinding, server: NativeFuseServer, mountpoint: string, adopted: boolean, keeper: ConnectionKeeper | undefined): KernelFuseMount {
+function servedMount (native: NativeFuseServerBinding, server: NativeFuseServer, mountpoint: string, adopted: boolean, keeper: ConnectionKeeper | undefined,
+  nodes: ReadonlyArray<MergedInode | undefined>): KernelFuseMount {
   let unmounting: Promise<void> | undefined
+  const backings: PassthroughBackings | undefined = native.fuseServerInit(server).passthrough
+    ? {
+        attach: (nodeid, fd) => native.fuseServerBackingAttach(server, nodeid, fd),
+        inherit: (nodeid, id) => { native.fuseServerBackingInherit(server, nodeid, id) },
+        retire: nodeid => native.fuseServerBackingRetire(server, nodeid)
+      }
+    : undefined
   return {
     mountpoint,
     adopted,
+    nodes,
+    ...(backings === undefined ? {} : { backings }),
     counters: () => native.fuseServerCounters(server),
     unmount: async () => {
       unmounting ??= (async () => {
