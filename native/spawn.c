@@ -173,10 +173,30 @@ static void close_all(int (*pipes)[2], int n) {
   }
 }
 
-// spawnVfork(path, argv, envp, cwd | null, pipes, onExit) -> { pid, fds }
+// The caller's fds to hand the child as its fds `first`, `first + 1`, … (optional 7th argument, an array).
+// Each is duplicated above every target number first, so no dup2 overwrites another's source.
+static int get_inherited(napi_env env, napi_value v, int first, int *out, int cap) {
+  bool is_array = false;
+  napi_is_array(env, v, &is_array);
+  if (!is_array) return -1;
+  uint32_t n = 0;
+  napi_get_array_length(env, v, &n);
+  if ((int)n > cap) return -1;
+  for (uint32_t i = 0; i < n; i++) {
+    napi_value e;
+    int32_t fd = -1;
+    napi_get_element(env, v, i, &e);
+    if (napi_get_value_int32(env, e, &fd) != napi_ok || fd < 0) return -1;
+    out[i] = fcntl(fd, F_DUPFD_CLOEXEC, first + (int)n);
+    if (out[i] < 0) return -1;
+  }
+  return (int)n;
+}
+
+// spawnVfork(path, argv, envp, cwd | null, pipes, onExit, inheritFds?) -> { pid, fds }
 static napi_value js_spawn_vfork(napi_env env, napi_callback_info info) {
-  napi_value args[6];
-  size_t argc = 6;
+  napi_value args[7];
+  size_t argc = 7;
   napi_get_cb_info(env, info, &argc, args, NULL, NULL);
   if (argc < 6) return type_error(env, "spawnVfork(path, argv, envp, cwd, pipes, onExit)");
   napi_valuetype t;
@@ -211,9 +231,18 @@ static napi_value js_spawn_vfork(napi_env env, napi_callback_info info) {
       pipes[i][child_reads ? 0 : 1] = child_end[i] = moved;
     }
   }
+  int inherited[MAX_PIPES];
+  int ninherit = 0;
+  napi_valuetype it = napi_undefined;
+  if (argc >= 7) napi_typeof(env, args[6], &it);
+  if (it != napi_undefined && it != napi_null) {
+    ninherit = get_inherited(env, args[6], npipes, inherited, MAX_PIPES - npipes);
+    if (ninherit < 0) { type_error(env, "inheritFds must be an array of open fds (pipes + fds <= 16)"); goto done; }
+  }
   posix_spawn_file_actions_init(&fa);
   fa_ready = true;
   for (int i = 0; i < npipes; i++) posix_spawn_file_actions_adddup2(&fa, child_end[i], i);
+  for (int i = 0; i < ninherit; i++) posix_spawn_file_actions_adddup2(&fa, inherited[i], npipes + i);
   if (cwd != NULL) posix_spawn_file_actions_addchdir_np(&fa, cwd);
   posix_spawnattr_init(&attr);
   attr_ready = true;
@@ -228,6 +257,7 @@ static napi_value js_spawn_vfork(napi_env env, napi_callback_info info) {
 
   pid_t pid;
   int err = posix_spawn(&pid, path, &fa, &attr, argv, envp);
+  for (int i = 0; i < ninherit; i++) close(inherited[i]);
   if (err != 0) { throw_errno(env, err, "posix_spawn", path); goto done; }
   const char *failed = watch_exit(env, pid, args[5], "layerd.spawnVfork", &err);
   if (failed != NULL) {

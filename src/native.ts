@@ -50,6 +50,9 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   lstatEntry? (path: string, out: Float64Array): string[]
   spawnVfork?: NativeSpawnVfork
   childWatchExit?: NativeChildWatchExit
+  seccompSupervise?: NativeSeccompSupervisor['seccompSupervise']
+  seccompSupervisorStop?: NativeSeccompSupervisor['seccompSupervisorStop']
+  seccompListenSocket?: NativeSeccompSupervisor['seccompListenSocket']
 }
 
 /** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
@@ -341,7 +344,46 @@ export function flock (fd: number, operation: number): boolean {
  * 'posix_spawn'); UnsupportedError when the addon is older than version 10
  * (native/spawn.c).
  */
-export type NativeSpawnVfork = (path: string, argv: string[], envp: string[], cwd: string | null, pipes: number, onExit: (code: number, signal: number) => void) => { pid: number, fds: number[] }
+export type NativeSpawnVfork = (path: string, argv: string[], envp: string[], cwd: string | null, pipes: number, onExit: (code: number, signal: number) => void, inheritFds?: number[]) => { pid: number, fds: number[] }
+
+/** One message from a seccomp supervisor thread (native/seccomp_supervisor.c). */
+export type SupervisorMessage =
+  | { ended: false, time: number, pid: number, nspid: number, nr: number, comm: string, path?: string, args: bigint[] }
+  | { ended: true, dropped: number, answered: number, error?: string }
+
+/**
+ * Seccomp user-notification supervisors, each on its own thread, answering
+ * every notification EPERM before telling JavaScript (native/seccomp_supervisor.c).
+ */
+export interface NativeSeccompSupervisor {
+  /**
+   * Start a supervisor that takes ownership of `sourceFd`: mode 0, a connected
+   * socket the listener fd arrives on; mode 1, a listening socket one peer
+   * (runc) connects to and sends it on. `pathRules` holds [syscall nr, arg
+   * index] pairs whose argument is a path to read from the caller's memory.
+   * Events pass a token bucket (`burst`, `refillPerSecond`); the rest are
+   * counted in the final message's `dropped`. Returns the stop fd. Sync.
+   */
+  seccompSupervise: (sourceFd: number, mode: 0 | 1, pathRules: Int32Array, burst: number, refillPerSecond: number, onMessage: (m: SupervisorMessage) => void) => number
+  /** End the supervisor; valid until its ended message has arrived. Sync. */
+  seccompSupervisorStop: (stopFd: number) => void
+  /** A listening unix stream socket at `path`, close-on-exec. Sync; throws EADDRINUSE etc. */
+  seccompListenSocket: (path: string) => number
+}
+
+/** The addon's seccomp supervisor. Sync; throws UnsupportedError when the addon is missing or older than version 12. */
+export function nativeSeccompSupervisor (): NativeSeccompSupervisor {
+  const b = load()
+  if (b.seccompSupervise === undefined || b.seccompSupervisorStop === undefined || b.seccompListenSocket === undefined) {
+    throw new UnsupportedError('layerd native addon has no seccomp supervisor (built before version 12): run `npm run build`')
+  }
+  return b as NativeSeccompSupervisor
+}
+
+/** The static helper that raises Landlock and the notifying seccomp filter inside a sandbox (native/layerd_wall.c). */
+export function layerdWallPath (): string {
+  return join(dirname(addonPath()), 'layerd-wall')
+}
 
 /** The addon's posix_spawn. Sync; throws UnsupportedError when the addon is missing or older than version 10. */
 export function nativeSpawnVfork (): NativeSpawnVfork {

@@ -29,6 +29,8 @@ export interface VforkSpawnOptions {
   env?: NodeJS.ProcessEnv
   /** Extra pipes the child reads as fds 3, 4, … (default 0). */
   extraPipes?: number
+  /** This process's fds the child gets next, after the extra pipes (the caller keeps and closes its own). */
+  inheritFds?: number[]
 }
 
 export interface VforkChild {
@@ -90,7 +92,7 @@ export function spawnVfork (argv: readonly string[], opts: VforkSpawnOptions = {
       resolve(signal === 0 ? [code, null] : [null, signalName(signal)])
     }
   })
-  const { pid, fds } = nativeSpawnVfork()(path, [...argv], envp, opts.cwd ?? null, 3 + (opts.extraPipes ?? 0), onExit)
+  const { pid, fds } = nativeSpawnVfork()(path, [...argv], envp, opts.cwd ?? null, 3 + (opts.extraPipes ?? 0), onExit, opts.inheritFds)
   const writer = (fd: number): Socket => new Socket({ fd, readable: false, writable: true })
   const reader = (fd: number): Socket => new Socket({ fd, readable: true, writable: false })
   const stdout = reader(fds[1]!)

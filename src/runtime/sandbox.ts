@@ -15,6 +15,7 @@
 import type { Writable } from 'node:stream'
 import { UsageError } from '../errors.js'
 import type { OciImageConfig } from '../format/manifest.js'
+import type { DenialSink } from './seccomp/denial-event.js'
 
 export type Tier = 'process' | 'container' | 'microvm' | 'vm'
 export const TIERS: readonly Tier[] = ['process', 'container', 'microvm', 'vm']
@@ -53,6 +54,8 @@ export interface SandboxSpec {
   /** A directory owned by this sandbox for its upper dir, bundle, overlay disk, logs. */
   stateDir: string
   limits: SandboxLimits
+  /** Where the Linux tiers' recorded denials go (none recorded without one). */
+  denials?: DenialSink
 }
 
 export interface ExecOptions {

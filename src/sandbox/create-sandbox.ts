@@ -20,6 +20,7 @@ import { cleanupSandbox } from '../runtime/sandbox-cleanup.js'
 import { SandboxRegistry, type SandboxRecord } from '../runtime/sandbox-registry.js'
 import { DEFAULT_LIMITS, type Sandbox, type SandboxLimits, type Tier, type TierDriver } from '../runtime/sandbox.js'
 import { resolveSettings } from '../state/settings.js'
+import { denialRecorder } from './denial-recorder.js'
 import { leaseNodeDb } from './shared-node-db.js'
 import { driverFor, type DriverOptions } from './tier-drivers.js'
 
@@ -103,7 +104,7 @@ export async function createSandbox (opts: CreateSandboxOptions): Promise<Manage
   let inner: Sandbox
   try {
     inner = await driver.create({
-      id, imageName: opts.image, config: exposure.config, stateDir, limits,
+      id, imageName: opts.image, config: exposure.config, stateDir, limits, denials: denialRecorder(db.db),
       ...(exposure.rootfs === undefined ? {} : { rootfs: exposure.rootfs }),
       ...(exposure.blockView === undefined ? {} : { blockView: exposure.blockView })
     })

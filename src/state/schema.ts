@@ -55,6 +55,17 @@ export const MIGRATIONS: readonly Migration[] = [
         id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, parent TEXT NOT NULL,
         kind TEXT NOT NULL, labels TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, remote TEXT);
       CREATE INDEX containerd_snapshots_parent ON containerd_snapshots (parent);`)
+  },
+  {
+    description: 'sandbox denials (issue 34): the last refused attempts, bounded, and counts per hook and tier',
+    up: db => db.exec(`
+      CREATE TABLE sandbox_denials (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, sandbox TEXT NOT NULL, image TEXT NOT NULL,
+        tier TEXT NOT NULL, hook TEXT NOT NULL, object TEXT NOT NULL, comm TEXT NOT NULL, pid INTEGER NOT NULL, args TEXT NOT NULL);
+      CREATE INDEX sandbox_denials_sandbox ON sandbox_denials (sandbox, seq);
+      CREATE TABLE sandbox_denial_counts (
+        hook TEXT NOT NULL, tier TEXT NOT NULL, recorded INTEGER NOT NULL, dropped INTEGER NOT NULL,
+        PRIMARY KEY (hook, tier)) WITHOUT ROWID;`)
   }
 ]
 

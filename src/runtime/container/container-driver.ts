@@ -23,6 +23,10 @@ import { runHost } from '../../host/host-command.js'
 import { hostToolsUnavailableReason } from '../process/host-checks.js'
 import { SandboxCgroup, cgroupUnavailableReason } from '../process/sandbox-cgroup.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
+import { superviseDenials } from '../seccomp/denial-supervisor.js'
+import { landlockWritableDirs, wallExecutableFd, wallPrefix } from '../seccomp/wall-command.js'
+import { DEFAULT_WALLS, type Walls } from '../seccomp/walls.js'
+import { nativeSeccompSupervisor } from '../../native.js'
 import { ociRuntimeConfig, readNofileHardLimit } from './oci-config.js'
 import { OciRuntime, type OciRuntimeName } from './oci-runtime.js'
 
@@ -39,6 +43,8 @@ export interface ContainerDriverOptions {
   maxOutputBytes?: number
   devShmBytes?: number
   hostname?: string
+  /** Seccomp mode and Landlock (`../seccomp/walls.ts`); default: denials recorded, Landlock on. */
+  walls?: Partial<Walls>
 }
 
 const NOFILE_HARD_LIMIT = readNofileHardLimit()
@@ -47,12 +53,16 @@ const RUNTIME_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 export class ContainerTierDriver implements TierDriver {
   readonly tier = 'container' as const
   readonly #runtime: OciRuntime
-  readonly #opts: Required<Omit<ContainerDriverOptions, 'runtime' | 'runtimeStateRoot'>>
+  readonly #opts: Required<Omit<ContainerDriverOptions, 'runtime' | 'runtimeStateRoot' | 'walls'>>
+  readonly #walls: Walls
 
   constructor (opts: ContainerDriverOptions = {}) {
     this.#runtime = new OciRuntime(opts.runtime ?? 'runc', opts.runtimeStateRoot)
     this.#opts = linuxTierOptions(opts)
+    this.#walls = { ...DEFAULT_WALLS, ...opts.walls }
   }
+
+  get walls (): Readonly<Walls> { return this.#walls }
 
   get runtime (): OciRuntimeName { return this.#runtime.name }
 
@@ -67,8 +77,9 @@ export class ContainerTierDriver implements TierDriver {
     const { overlay, cgroup } = await setUpLinuxSandbox('container', spec, this.#opts, async () => {
       await mkdir(join(spec.stateDir, 'bundles'), { recursive: true })
       await mkdir(this.#runtime.stateRoot, { recursive: true, mode: 0o700 })
+      if (this.#walls.seccomp === 'record') await mkdir(listenerDir(this.#runtime), { recursive: true, mode: 0o700 })
     })
-    return new ContainerSandbox(spec, overlay, cgroup, this.#runtime, this.#opts)
+    return new ContainerSandbox(spec, overlay, cgroup, this.#runtime, this.#opts, this.#walls)
   }
 }
 
@@ -81,7 +92,8 @@ class ContainerSandbox extends LinuxSandbox {
     overlay: SandboxOverlay,
     cgroup: SandboxCgroup,
     private readonly runtime: OciRuntime,
-    private readonly opts: Required<Omit<ContainerDriverOptions, 'runtime' | 'runtimeStateRoot'>>
+    private readonly opts: Required<Omit<ContainerDriverOptions, 'runtime' | 'runtimeStateRoot' | 'walls'>>,
+    private readonly walls: Walls
   ) {
     super(spec, overlay, cgroup)
   }
@@ -94,6 +106,10 @@ class ContainerSandbox extends LinuxSandbox {
     const containerId = `${this.id}-e${n}`
     const bundle = join(this.spec.stateDir, 'bundles', `e${n}`)
     await mkdir(bundle, { recursive: true })
+    const { seccomp, landlock } = this.walls
+    // runc's socket path: short (sun_path holds 108 bytes), one per container.
+    const listenerPath = seccomp === 'record' ? join(listenerDir(this.runtime), `${containerId}.sock`) : undefined
+    const landlockDirs = landlock ? await landlockWritableDirs(this.overlay.merged) : undefined
     const config = ociRuntimeConfig({
       ctx,
       rootPath: this.overlay.merged,
@@ -102,13 +118,20 @@ class ContainerSandbox extends LinuxSandbox {
       memoryBytes: this.spec.limits.memoryBytes,
       cgroupsPath: `${this.cgroup.path}/e${n}`,
       devShmBytes: this.opts.devShmBytes,
-      nofileHardLimit: NOFILE_HARD_LIMIT
+      nofileHardLimit: NOFILE_HARD_LIMIT,
+      seccomp: seccomp !== 'off',
+      ...(listenerPath === undefined ? {} : { seccompListenerPath: listenerPath }),
+      // runc preserves the caller's fd 3 (layerd-wall's file) as fd 3 inside.
+      ...(landlockDirs === undefined ? {} : { commandPrefix: wallPrefix({ exeFd: 3, landlockDirs }) })
     })
-    await writeFile(join(bundle, 'config.json'), JSON.stringify(config))
+    let supervisor: { stop: () => Promise<unknown> } | undefined
     try {
+      await writeFile(join(bundle, 'config.json'), JSON.stringify(config))
+      if (listenerPath !== undefined) supervisor = this.#supervise(listenerPath)
       const result = await runToCompletion({
-        argv: this.runtime.runArgv(bundle, containerId),
+        argv: this.runtime.runArgv(bundle, containerId, landlock ? 1 : 0),
         env: { PATH: RUNTIME_PATH },
+        ...(landlock ? { inheritFds: [wallExecutableFd()] } : {}),
         maxOutputBytes: this.opts.maxOutputBytes,
         // Killing the container's init ends its pid namespace; `runc run` then reaps and returns.
         kill: async () => { await this.#runtimeCommand(this.runtime.killArgv(containerId)) }
@@ -116,8 +139,18 @@ class ContainerSandbox extends LinuxSandbox {
       if (result.timedOut || result.signal !== undefined) await this.#runtimeCommand(this.runtime.deleteArgv(containerId))
       return result
     } finally {
+      // The container's processes are gone: what the supervisor received reaches the sink before exec returns.
+      await supervisor?.stop()
+      if (listenerPath !== undefined) await rm(listenerPath, { force: true })
       await rm(bundle, { recursive: true, force: true })
     }
+  }
+
+  /** A listening socket at `path` for runc, and the supervisor that takes the listener from it. */
+  #supervise (path: string): { stop: () => Promise<unknown> } {
+    const fd = nativeSeccompSupervisor().seccompListenSocket(path)
+    const sink = this.spec.denials ?? { record: () => {}, dropped: () => {} }
+    return superviseDenials({ kind: 'listen', fd }, { sandbox: this.id, image: this.spec.imageName, tier: 'container' }, sink)
   }
 
   async #runtimeCommand (argv: string[]): Promise<void> {
@@ -140,4 +173,9 @@ class ContainerSandbox extends LinuxSandbox {
     const names = await readdir(this.runtime.stateRoot).catch(() => [] as string[])
     for (const name of names.filter(n => n.startsWith(`${this.id}-e`))) await this.#runtimeCommand(this.runtime.deleteArgv(name))
   }
+}
+
+/** Where the runtime's seccomp listener sockets are made (beside its state root). */
+function listenerDir (runtime: OciRuntime): string {
+  return `${runtime.stateRoot}-seccomp`
 }

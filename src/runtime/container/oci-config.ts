@@ -46,6 +46,12 @@ export interface OciConfigInput {
   devShmBytes: number
   /** The caller's hard RLIMIT_NOFILE (see `readNofileHardLimit`); the container gets min(65536, this). */
   nofileHardLimit: number
+  /** Where runc sends the seccomp listener: denied calls are then notifications a supervisor answers and records. */
+  seccompListenerPath?: string
+  /** false: no seccomp profile at all (a test-only switch: what the other walls hold alone). */
+  seccomp?: boolean
+  /** Runs first, with the command after it (layerd-wall and its options). */
+  commandPrefix?: string[]
 }
 
 /** The config object; serialise with JSON.stringify. Sync. */
@@ -59,7 +65,7 @@ export function ociRuntimeConfig (i: OciConfigInput): Record<string, unknown> {
     process: {
       terminal: false,
       user: { uid: ctx.user.uid, gid: ctx.user.gid, ...(ctx.user.additionalGids.length > 0 ? { additionalGids: ctx.user.additionalGids } : {}) },
-      args: ctx.argv,
+      args: [...(i.commandPrefix ?? []), ...ctx.argv],
       env: ctx.env,
       cwd: ctx.cwd,
       capabilities: {
@@ -95,7 +101,7 @@ export function ociRuntimeConfig (i: OciConfigInput): Record<string, unknown> {
       cgroupsPath: i.cgroupsPath,
       maskedPaths: MASKED_PATHS,
       readonlyPaths: READONLY_PATHS,
-      seccomp: ociSeccompProfile()
+      ...(i.seccomp === false ? {} : { seccomp: ociSeccompProfile(i.seccompListenerPath) })
     }
   }
 }

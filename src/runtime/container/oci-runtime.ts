@@ -35,7 +35,10 @@ export class OciRuntime {
   }
 
   /** Run a container in the foreground: stdio passes straight through. */
-  runArgv (bundle: string, id: string): string[] { return this.argv(['run', '--bundle', bundle, id]) }
+  /** `preserveFds`: the caller's fds 3 … 3+n-1 reach the container's process as the same numbers. */
+  runArgv (bundle: string, id: string, preserveFds = 0): string[] {
+    return this.argv(['run', ...(preserveFds > 0 ? ['--preserve-fds', String(preserveFds)] : []), '--bundle', bundle, id])
+  }
   killArgv (id: string): string[] { return this.argv(['kill', id, 'KILL']) }
   deleteArgv (id: string): string[] { return this.argv(['delete', '--force', id]) }
 }

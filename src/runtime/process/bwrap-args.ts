@@ -31,6 +31,10 @@ export interface BwrapOptions {
   merged: string
   hostname: string
   devShmBytes: number
+  /** bwrap installs the program on fd SECCOMP_FD (default); false when layerd-wall installs it, or none runs. */
+  bwrapSeccomp?: boolean
+  /** Runs first inside, with the command after it (layerd-wall and its options). */
+  commandPrefix?: string[]
 }
 
 /**
@@ -63,10 +67,11 @@ export function bwrapInvocation (ctx: ExecContext, o: BwrapOptions): { argv: str
     const eq = kv.indexOf('=')
     args.push('--setenv', kv.slice(0, eq), kv.slice(eq + 1))
   }
-  args.push('--chdir', ctx.cwd, '--seccomp', String(SECCOMP_FD))
+  args.push('--chdir', ctx.cwd)
+  if (o.bwrapSeccomp !== false) args.push('--seccomp', String(SECCOMP_FD))
   return {
     // The command stays on the command line (bwrap wants it there); the options, with the host paths, go through the fd.
-    argv: [...prefix, 'bwrap', '--args', String(ARGS_FD), '--', ...ctx.argv],
+    argv: [...prefix, 'bwrap', '--args', String(ARGS_FD), '--', ...(o.commandPrefix ?? []), ...ctx.argv],
     argsFd: Buffer.from(args.map(a => `${a}\0`).join(''))
   }
 }

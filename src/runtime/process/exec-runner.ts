@@ -26,6 +26,8 @@ export interface RunSpec {
   argv: string[]
   /** Data for extra fds 3, 4, …: each a pipe, written and closed right after spawn. */
   extraFds?: Uint8Array[]
+  /** Open fds of this process the command gets after the extra pipes (fds 3 + extraFds.length, …). */
+  inheritFds?: number[]
   cwd?: string
   env?: NodeJS.ProcessEnv
   maxOutputBytes?: number
@@ -45,7 +47,7 @@ export async function runToCompletion (spec: RunSpec, opts: ExecOptions): Promis
   const extra = spec.extraFds ?? []
   let child: VforkChild
   try {
-    child = spawnVfork(spec.argv, { ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }), env: spec.env ?? {}, extraPipes: extra.length })
+    child = spawnVfork(spec.argv, { ...(spec.cwd === undefined ? {} : { cwd: spec.cwd }), env: spec.env ?? {}, extraPipes: extra.length, ...(spec.inheritFds === undefined ? {} : { inheritFds: spec.inheritFds }) })
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new UnsupportedError(`${spec.argv[0]} is not installed; run .ci/setup`, { cause: e })
     throw e

@@ -9,12 +9,17 @@
  * May import: src/errors.ts, src/format/, ../sandbox.ts, ../overlay/,
  * ../seccomp/, the modules next to it.
  */
+import { closeSync } from 'node:fs'
 import { chmod } from 'node:fs/promises'
 import type { QuotaKind, SandboxOverlay } from '../overlay/sandbox-overlay.js'
 import { LinuxSandbox, linuxTierOptions, setUpLinuxSandbox } from '../overlay/sandbox-setup.js'
 import { compileSeccompFilter } from '../seccomp/bpf-filter.js'
+import { superviseDenials } from '../seccomp/denial-supervisor.js'
+import { landlockWritableDirs, wallExecutableFd, wallPrefix } from '../seccomp/wall-command.js'
+import { DEFAULT_WALLS, type Walls } from '../seccomp/walls.js'
+import { nativeFdPassing } from '../../native.js'
 import type { ExecOptions, ExecResult, Sandbox, SandboxSpec, TierDriver } from '../sandbox.js'
-import { bwrapInvocation } from './bwrap-args.js'
+import { SECCOMP_FD, bwrapInvocation } from './bwrap-args.js'
 import { resolveExecContext } from './exec-context.js'
 import { runToCompletion } from './exec-runner.js'
 import { hostToolsUnavailableReason } from './host-checks.js'
@@ -31,18 +36,25 @@ export interface ProcessDriverOptions {
   devShmBytes?: number
   /** Hostname inside; default 'sandbox'. */
   hostname?: string
+  /** Seccomp mode and Landlock (`../seccomp/walls.ts`); default: denials recorded, Landlock on. */
+  walls?: Partial<Walls>
 }
 
 const RUNTIME_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 export class ProcessTierDriver implements TierDriver {
   readonly tier = 'process' as const
-  readonly #opts: Required<ProcessDriverOptions>
-  readonly #seccomp = compileSeccompFilter()
+  readonly #opts: Required<Omit<ProcessDriverOptions, 'walls'>>
+  readonly #walls: Walls
+  readonly #seccomp: Buffer
 
   constructor (opts: ProcessDriverOptions = {}) {
     this.#opts = linuxTierOptions(opts)
+    this.#walls = { ...DEFAULT_WALLS, ...opts.walls }
+    this.#seccomp = compileSeccompFilter(this.#walls.seccomp === 'record' ? 'notify' : 'errno')
   }
+
+  get walls (): Readonly<Walls> { return this.#walls }
 
   /** See {@link TierDriver.unavailableReason}. */
   async unavailableReason (): Promise<string | undefined> {
@@ -59,14 +71,17 @@ export class ProcessTierDriver implements TierDriver {
   async create (spec: SandboxSpec): Promise<Sandbox> {
     // Users other than root run bwrap as themselves: they must be able to reach the merged root.
     const { overlay, cgroup } = await setUpLinuxSandbox('process', spec, this.#opts, async () => { await chmod(spec.stateDir, 0o711) })
-    return new ProcessSandbox(spec, overlay, cgroup, this.#opts, this.#seccomp)
+    return new ProcessSandbox(spec, overlay, cgroup, this.#opts, this.#walls, this.#seccomp)
   }
 }
 
 class ProcessSandbox extends LinuxSandbox {
   readonly tier = 'process' as const
 
-  constructor (spec: SandboxSpec, overlay: SandboxOverlay, cgroup: SandboxCgroup, private readonly opts: Required<ProcessDriverOptions>, private readonly seccomp: Buffer) {
+  constructor (
+    spec: SandboxSpec, overlay: SandboxOverlay, cgroup: SandboxCgroup,
+    private readonly opts: Required<Omit<ProcessDriverOptions, 'walls'>>, private readonly walls: Walls, private readonly seccomp: Buffer
+  ) {
     super(spec, overlay, cgroup)
   }
 
@@ -74,18 +89,49 @@ class ProcessSandbox extends LinuxSandbox {
   async exec (opts: ExecOptions): Promise<ExecResult> {
     this.assertRunning()
     const ctx = await resolveExecContext(this.spec.rootfs!, this.spec.config, opts)
-    const bwrap = bwrapInvocation(ctx, { merged: this.overlay.merged, hostname: this.opts.hostname, devShmBytes: this.opts.devShmBytes })
+    const { seccomp, landlock } = this.walls
+    const wall = seccomp === 'record' || landlock
+    // Inside, fds 3 and 4 are SECCOMP_FD and ARGS_FD; with layerd-wall, 5 is the notification socket and 6 its own file.
+    const pair = seccomp === 'record' ? nativeFdPassing().fdSocketPair() : undefined
+    const prefix = wall
+      ? wallPrefix({
+        exeFd: pair === undefined ? 5 : 6,
+        ...(pair === undefined ? {} : { seccomp: { programFd: SECCOMP_FD, notifyFd: 5 } }),
+        ...(landlock ? { landlockDirs: await landlockWritableDirs(this.overlay.merged) } : {})
+      })
+      : []
+    const bwrap = bwrapInvocation(ctx, {
+      merged: this.overlay.merged, hostname: this.opts.hostname, devShmBytes: this.opts.devShmBytes,
+      bwrapSeccomp: seccomp === 'errno', commandPrefix: prefix
+    })
     const argv = joinCgroupArgv(this.cgroup.procsFiles, bwrap.argv)
+    const supervisor = pair === undefined ? undefined : this.#supervise(pair[0])
     let pid: number | undefined
-    return await runToCompletion({
-      argv,
-      env: { PATH: RUNTIME_PATH },
-      extraFds: [this.seccomp, bwrap.argsFd], // fds 3 and 4: SECCOMP_FD, ARGS_FD
-      maxOutputBytes: this.opts.maxOutputBytes,
-      onSpawn: p => { pid = p },
-      // bwrap's monitor dies; --die-with-parent takes the pid namespace's init, and so every process in it, along.
-      kill: async () => { if (pid !== undefined) { try { process.kill(pid, 'SIGKILL') } catch {} } }
-    }, opts)
+    try {
+      return await runToCompletion({
+        argv,
+        env: { PATH: RUNTIME_PATH },
+        extraFds: [seccomp === 'off' ? Buffer.alloc(0) : this.seccomp, bwrap.argsFd],
+        ...(wall ? { inheritFds: [...(pair === undefined ? [] : [pair[1]]), wallExecutableFd()] } : {}),
+        maxOutputBytes: this.opts.maxOutputBytes,
+        onSpawn: p => { pid = p; if (pair !== undefined) closeQuietly(pair[1]) },
+        // bwrap's monitor dies; --die-with-parent takes the pid namespace's init, and so every process in it, along.
+        kill: async () => { if (pid !== undefined) { try { process.kill(pid, 'SIGKILL') } catch {} } }
+      }, opts)
+    } finally {
+      if (pair !== undefined && pid === undefined) closeQuietly(pair[1])
+      // Every process of the command is gone: what the supervisor received reaches the sink before exec returns.
+      await supervisor?.stop()
+    }
+  }
+
+  /** The supervisor for one command's filter, its events going to the spec's sink (or nowhere). */
+  #supervise (fd: number): { stop: () => Promise<unknown> } {
+    const sink = this.spec.denials ?? { record: () => {}, dropped: () => {} }
+    return superviseDenials({ kind: 'socket', fd }, { sandbox: this.id, image: this.spec.imageName, tier: 'process' }, sink)
   }
 }
 
+function closeQuietly (fd: number): void {
+  try { closeSync(fd) } catch {}
+}

@@ -6,10 +6,12 @@
  * Program shape:
  *   arch != AUDIT_ARCH_X86_64      → KILL_PROCESS (i386 and other ABIs are not interpreted)
  *   nr >= __X32_SYSCALL_BIT        → ERRNO(ENOSYS) (x32 shares the x86_64 arch token)
- *   nr in DENIED_SYSCALLS          → ERRNO(EPERM)
+ *   nr in DENIED_SYSCALLS          → ERRNO(EPERM), or USER_NOTIF when recorded
+ *                                    (a supervisor outside answers EPERM:
+ *                                    `denial-supervisor.ts`)
  *   clone3                         → ERRNO(ENOSYS)
- *   unshare/clone with CLONE_NEW*  → ERRNO(EPERM)
- *   ioctl matching DENIED_IOCTLS   → ERRNO(EPERM) (low 32 bits of the request)
+ *   unshare/clone with CLONE_NEW*  → as DENIED_SYSCALLS
+ *   ioctl matching DENIED_IOCTLS   → as DENIED_SYSCALLS (low 32 bits of the request)
  *   else                           → ALLOW
  *
  * Also exports a small interpreter (`runBpf`) so tests can check the
@@ -27,6 +29,10 @@ export const X32_SYSCALL_BIT = 0x40000000
 export const SECCOMP_RET_KILL_PROCESS = 0x80000000
 export const SECCOMP_RET_ERRNO = 0x00050000
 export const SECCOMP_RET_ALLOW = 0x7fff0000
+export const SECCOMP_RET_USER_NOTIF = 0x7fc00000
+
+/** What a denied call meets: an EPERM from the kernel, or a notification the supervisor answers EPERM (and records). */
+export type DeniedAction = 'errno' | 'notify'
 
 // Opcodes (linux/bpf_common.h)
 const LD_W_ABS = 0x20
@@ -76,7 +82,7 @@ class BpfAssembler {
 }
 
 /** The policy as BPF instructions. Sync, deterministic. */
-export function seccompInstructions (): BpfInstruction[] {
+export function seccompInstructions (denied: DeniedAction = 'errno'): BpfInstruction[] {
   const a = new BpfAssembler()
   a.op(LD_W_ABS, OFF_ARCH)
     .jump(JEQ_K, AUDIT_ARCH_X86_64, 0, 'kill')
@@ -98,15 +104,15 @@ export function seccompInstructions (): BpfInstruction[] {
     a.jump(JEQ_K, d.value, 'eperm')
   }
   a.op(RET_K, SECCOMP_RET_ALLOW)
-  a.label('eperm').op(RET_K, SECCOMP_RET_ERRNO | EPERM)
+  a.label('eperm').op(RET_K, denied === 'notify' ? SECCOMP_RET_USER_NOTIF : SECCOMP_RET_ERRNO | EPERM)
   a.label('enosys').op(RET_K, SECCOMP_RET_ERRNO | ENOSYS)
   a.label('kill').op(RET_K, SECCOMP_RET_KILL_PROCESS)
   return a.assemble()
 }
 
-/** The program as bubblewrap's `--seccomp FD` expects it: 8 bytes per instruction. Sync. */
-export function compileSeccompFilter (): Buffer {
-  const ins = seccompInstructions()
+/** The program as bubblewrap's `--seccomp FD` (and layerd-wall's `--seccomp-fd`) expect it: 8 bytes per instruction. Sync. */
+export function compileSeccompFilter (denied: DeniedAction = 'errno'): Buffer {
+  const ins = seccompInstructions(denied)
   const buf = Buffer.alloc(ins.length * 8)
   ins.forEach((x, i) => {
     buf.writeUInt16LE(x.code, i * 8)

@@ -18,12 +18,19 @@ import {
 
 export interface OciSeccompArg { index: number, value: number, valueTwo?: number, op: string }
 export interface OciSeccompRule { names: string[], action: string, errnoRet?: number, args?: OciSeccompArg[] }
-export interface OciSeccomp { defaultAction: string, architectures: string[], syscalls: OciSeccompRule[] }
+export interface OciSeccomp { defaultAction: string, architectures: string[], syscalls: OciSeccompRule[], listenerPath?: string }
 
-/** The profile, built fresh on each call (callers may mutate it). Sync. */
-export function ociSeccompProfile (): OciSeccomp {
+/**
+ * The profile, built fresh on each call (callers may mutate it). With
+ * `listenerPath`, denied calls are SCMP_ACT_NOTIFY and runc sends the
+ * listener fd to that unix socket (a supervisor answers EPERM and records
+ * each: `denial-supervisor.ts`); clone3's ENOSYS stays a plain errno (it is
+ * libc's fallback signal, not an attempt). Sync.
+ */
+export function ociSeccompProfile (listenerPath?: string): OciSeccomp {
+  const deny = (): Pick<OciSeccompRule, 'action' | 'errnoRet'> => listenerPath === undefined ? { action: 'SCMP_ACT_ERRNO', errnoRet: EPERM } : { action: 'SCMP_ACT_NOTIFY' }
   const syscalls: OciSeccompRule[] = [
-    { names: Object.keys(DENIED_SYSCALLS), action: 'SCMP_ACT_ERRNO', errnoRet: EPERM },
+    { names: Object.keys(DENIED_SYSCALLS), ...deny() },
     { names: ['clone3'], action: 'SCMP_ACT_ERRNO', errnoRet: ENOSYS }
   ]
   // Rules for one syscall are ORed: each namespace bit gets its own rule
@@ -31,11 +38,11 @@ export function ociSeccompProfile (): OciSeccomp {
   for (const name of Object.keys(NAMESPACE_FLAG_SYSCALLS)) {
     for (let bit = 1; bit <= 0x80000000 && bit > 0; bit *= 2) {
       if ((CLONE_NAMESPACE_FLAGS & bit) === 0) continue
-      syscalls.push({ names: [name], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM, args: [{ index: 0, value: bit, valueTwo: bit, op: 'SCMP_CMP_MASKED_EQ' }] })
+      syscalls.push({ names: [name], ...deny(), args: [{ index: 0, value: bit, valueTwo: bit, op: 'SCMP_CMP_MASKED_EQ' }] })
     }
   }
   for (const d of DENIED_IOCTLS) {
-    syscalls.push({ names: ['ioctl'], action: 'SCMP_ACT_ERRNO', errnoRet: EPERM, args: [{ index: 1, value: d.mask, valueTwo: d.value, op: 'SCMP_CMP_MASKED_EQ' }] })
+    syscalls.push({ names: ['ioctl'], ...deny(), args: [{ index: 1, value: d.mask, valueTwo: d.value, op: 'SCMP_CMP_MASKED_EQ' }] })
   }
-  return { defaultAction: 'SCMP_ACT_ALLOW', architectures: ['SCMP_ARCH_X86_64'], syscalls }
+  return { defaultAction: 'SCMP_ACT_ALLOW', architectures: ['SCMP_ARCH_X86_64'], syscalls, ...(listenerPath === undefined ? {} : { listenerPath }) }
 }
