@@ -1,7 +1,7 @@
 {
   "targets": [{
     "target_name": "layerd_native",
-    "sources": ["layerd_native.c", "fuse_server.c", "fuse_passthrough.c", "fastcdc.c", "fd_passing.c", "memory.c", "entry_stat.c", "spawn.c", "poll_once.c", "seccomp_supervisor.c"],
+    "sources": ["layerd_native.c", "fuse_server.c", "fuse_passthrough.c", "fastcdc.c", "fd_passing.c", "memory.c", "entry_stat.c", "spawn.c", "poll_once.c", "seccomp_supervisor.c", "open_in_root.c"],
     "cflags": ["-O2", "-Wall", "-Wextra", "-std=gnu11"]
   }, {
     "target_name": "layerctl",

@@ -77,7 +77,7 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
 static napi_value version(napi_env env, napi_callback_info info) {
   (void)info;
   napi_value v;
-  napi_create_uint32(env, 12, &v);
+  napi_create_uint32(env, 13, &v);
   return v;
 }
 
@@ -353,6 +353,7 @@ void memory_register(napi_env env, napi_value exports);  // memory.c
 void entry_stat_register(napi_env env, napi_value exports);  // entry_stat.c
 void spawn_register(napi_env env, napi_value exports);  // spawn.c
 void seccomp_supervisor_register(napi_env env, napi_value exports);  // seccomp_supervisor.c
+void open_in_root_register(napi_env env, napi_value exports);  // open_in_root.c
 
 static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
@@ -375,6 +376,7 @@ static napi_value init(napi_env env, napi_value exports) {
   entry_stat_register(env, exports);
   spawn_register(env, exports);
   seccomp_supervisor_register(env, exports);
+  open_in_root_register(env, exports);
   return exports;
 }
 

@@ -53,6 +53,7 @@ interface NativeBinding extends Partial<NativeFuseServerBinding>, Partial<Native
   seccompSupervise?: NativeSeccompSupervisor['seccompSupervise']
   seccompSupervisorStop?: NativeSeccompSupervisor['seccompSupervisorStop']
   seccompListenSocket?: NativeSeccompSupervisor['seccompListenSocket']
+  openInRoot? (rootFd: number, path: string, flags: number, mode: number): number
 }
 
 /** glibc malloc's counters (mallinfo2, summed over arenas), in bytes. */
@@ -410,9 +411,23 @@ export function nativeMemory (): NativeMemory {
   }
 }
 
-/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls; 8: lstatEntry; 9: mountLoop's runs). Sync. */
+/** Addon interface version (2: xattrs and mknod; 3: the FUSE server, mount, umount2, loop devices; 4: FastCDC; 5: flock; 6: FUSE takeover, fd passing; 7: malloc and page-cache calls; 8: lstatEntry; 9: mountLoop's runs; 12: openInRoot). Sync. */
 export function nativeVersion (): number {
   return load().version()
+}
+
+/**
+ * openat2(2) of `path` under the directory `rootFd` with RESOLVE_IN_ROOT and
+ * RESOLVE_NO_MAGICLINKS: `..`, absolute paths and symlinks (absolute ones
+ * too) resolve as if `rootFd` were `/`, so nothing outside it is reached, and
+ * /proc magic links are refused (ELOOP). `flags` are open(2) flags (fs.constants);
+ * O_CLOEXEC is added. Returns the fd (close it with fs.closeSync). Sync; throws
+ * errno errors (syscall 'openat2'), UnsupportedError when the addon is older than version 13.
+ */
+export function openInRoot (rootFd: number, path: string, flags: number, mode = 0): number {
+  const b = load()
+  if (b.openInRoot === undefined) throw new UnsupportedError('layerd native addon has no openInRoot (built before version 13): run `npm run build`')
+  return b.openInRoot(rootFd, path, flags, mode)
 }
 
 /** Names of the extended attributes of `path`, not following a final symlink. Sync; throws errno errors. */

@@ -73,6 +73,8 @@ export interface ExecOptions {
   stdout?: Writable
   stderr?: Writable
   stdin?: Uint8Array
+  /** Aborting it kills the command as a timeout does (`signal` set, `timedOut` not): the process and container tiers. */
+  abort?: AbortSignal
 }
 
 export interface ExecResult {

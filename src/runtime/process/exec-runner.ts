@@ -76,7 +76,16 @@ export async function runToCompletion (spec: RunSpec, opts: ExecOptions): Promis
       setTimeout(() => child.kill('SIGKILL'), KILL_GRACE_MS).unref()
     }, opts.timeoutMs)
   }
+  let aborted = false
+  const onAbort = (): void => {
+    aborted = true
+    spec.kill().catch(() => {})
+    setTimeout(() => child.kill('SIGKILL'), KILL_GRACE_MS).unref()
+  }
+  if (opts.abort?.aborted === true) onAbort()
+  else opts.abort?.addEventListener('abort', onAbort, { once: true })
   const [code, signal] = await child.closed
+  opts.abort?.removeEventListener('abort', onAbort)
   if (timer !== undefined) clearTimeout(timer)
   const result: ExecResult = {
     exitCode: code ?? 128 + (signal === null ? 9 : osSignalNumber(signal)),
@@ -86,7 +95,7 @@ export async function runToCompletion (spec: RunSpec, opts: ExecOptions): Promis
     durationMs: performance.now() - started
   }
   if (signal !== null) result.signal = signal
-  else if (timedOut) result.signal = 'SIGKILL'
+  else if (timedOut || aborted) result.signal = 'SIGKILL'
   if (out.truncated || err.truncated) result.outputTruncated = true
   return result
 }
