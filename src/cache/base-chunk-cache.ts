@@ -67,6 +67,11 @@ export abstract class BaseChunkCache implements ChunkCache, EvictionSource {
   abstract evict (entries: IndexedEntry[]): Promise<number>
   abstract saveAccessTimes (times: ReadonlyMap<string, number>, minAdvanceMs?: number): Promise<void>
 
+  /** The quota, for the files derived from this cache that count against its cap (src/cache/hot-file-store.ts). */
+  derivedQuota (): Pick<CacheQuota, 'attachDerived' | 'derivedAdded' | 'derivedRemoved' | 'makeRoom' | 'afterInsert' | 'derivedBytes'> {
+    return this.quota
+  }
+
   get (digest: string): Buffer | undefined {
     this.#assertOpen('get')
     const view = this.readChunk(digest)

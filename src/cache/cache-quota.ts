@@ -27,6 +27,17 @@ import type { LogLine } from '../log-line.js'
 
 export type EntryKind = 'chunk' | 'meta'
 
+/**
+ * Bytes kept outside the backend that are derived from what it holds (the
+ * passthrough hot files, src/cache/hot-file-store.ts: whole files written
+ * from cached chunks). They count against the same cap, and go first when
+ * room is needed: dropping one loses no data, only speed.
+ */
+export interface DerivedSpace {
+  /** Free at least `bytes` if it can, calling quota.derivedRemoved() for each removal. Async; resolves with the bytes freed. */
+  shed: (bytes: number) => Promise<number>
+}
+
 export interface IndexedEntry { key: string, kind: EntryKind, size: number }
 
 export interface CacheUsage { bytes: number, chunks: number, metaBytes: number, metaObjects: number }
@@ -93,6 +104,8 @@ export class CacheQuota {
   #touched = new Map<string, number>()
   #evictions = 0
   #source: EvictionSource | undefined
+  #derived: DerivedSpace | undefined
+  #derivedBytes = 0
   #reclaiming: Promise<number> | undefined
   #timer: NodeJS.Timeout | undefined
   #closed = false
@@ -127,6 +140,17 @@ export class CacheQuota {
   }
 
   usage (): CacheUsage { return { ...this.#usage } }
+
+  /** Connect the derived files' store (once). Their bytes count in `usage().bytes` from derivedAdded() on. Sync. */
+  attachDerived (space: DerivedSpace): void {
+    if (this.#derived !== undefined) throw new UsageError('CacheQuota already has a derived-file store')
+    this.#derived = space
+  }
+
+  /** A derived file was written / removed. Sync. */
+  derivedAdded (size: number): void { this.#usage.bytes += size; this.#derivedBytes += size }
+  derivedRemoved (size: number): void { this.#usage.bytes -= size; this.#derivedBytes -= size }
+  get derivedBytes (): number { return this.#derivedBytes }
   get evictions (): number { return this.#evictions }
   get pinnedCount (): number { return this.#pins.size }
 
@@ -215,6 +239,14 @@ export class CacheQuota {
   }
 
   async #evictTo (source: EvictionSource, targetBytes: number): Promise<number> {
+    if (this.#derived !== undefined && this.#derivedBytes > 0) {
+      try {
+        await this.#derived.shed(this.#usage.bytes - targetBytes)
+      } catch (err) {
+        this.#log(`cache eviction: derived files: ${(err as Error).message}`)
+      }
+      if (this.#usage.bytes <= targetBytes) return 0
+    }
     await source.flushWrites?.()
     await this.flushAccess()
     let evicted = 0

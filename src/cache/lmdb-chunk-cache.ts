@@ -313,7 +313,8 @@ export class LmdbChunkCache extends BaseChunkCache {
   #persistedUsage (): CacheUsage {
     const u = this.quota.usage()
     const open = this.#buffer.openUsage()
-    return { bytes: u.bytes - open.bytes, chunks: u.chunks - open.chunks, metaBytes: u.metaBytes - open.metaBytes, metaObjects: u.metaObjects - open.metaObjects }
+    // Derived files (the hot-file store) are counted again from the disk when it opens: not persisted here.
+    return { bytes: u.bytes - open.bytes - this.quota.derivedBytes, chunks: u.chunks - open.chunks, metaBytes: u.metaBytes - open.metaBytes, metaObjects: u.metaObjects - open.metaObjects }
   }
 
   /** Issue the removal of one present entry (sync) and account for it: data, index rows, then the counters. */

@@ -42,6 +42,8 @@ export interface ChunkReader {
   read: (refs: readonly ChunkRef[]) => Promise<Uint8Array[]>
   /** Warm these chunks in the background, behind demand reads. Never throws; failures are the reader's to log. */
   prefetch: (refs: readonly ChunkRef[]) => void
+  /** Whether chunk `digest` is cached, without reading it. Sync. Optional: getCached() answers otherwise. */
+  isCached?: (digest: string) => boolean
   /** Bytes fetched from the store for this reader so far. */
   fetchedBytes: () => number
 }
@@ -137,6 +139,16 @@ export class FileReader {
     this.counters.fetchReads++
     this.#prefetchAfter(inode, i)
     return this.#fetchInto(inode, position, pending, out).then(() => end - position)
+  }
+
+  /** Whether every chunk of `inode`'s content is in the cache (so reading it fetches nothing). Sync. */
+  allCached (inode: MergedInode): boolean {
+    const reader = this.#reader
+    for (const span of inode.entry.spans ?? []) {
+      const digest = this.#ref(inode.layer, span.chunk).digest
+      if (!(reader.isCached?.(digest) ?? reader.getCached(digest) !== undefined)) return false
+    }
+    return true
   }
 
   /**

@@ -21,6 +21,7 @@ import { adoptKernelFuse, kernelFuseUnavailable, mountKernelFuse, type KernelFus
 import type { ConnectionKeeper, TreeSource } from './kernel-fuse-keeper.js'
 import type { KernelFuseTable } from './kernel-fuse-table.js'
 import type { LogLine } from '../log-line.js'
+import { PassthroughFiles, type BackingIdRecord, type HotFiles } from './passthrough-files.js'
 
 /**
  * A mount's tree, view and metadata table built ahead (a planned restart
@@ -67,6 +68,12 @@ export interface MountImageOptions {
   source?: TreeSource
   /** The tree, view and table built ahead for this mount: used when `tree` is absent or is `prepared.tree`. */
   prepared?: PreparedTree
+  /**
+   * FUSE passthrough (kernel backend): local copies of whole files that the
+   * kernel reads itself (src/fs/passthrough-files.ts), and where each mount's
+   * backing ids are saved for a takeover. Turns `fuse.passthrough` on unless it is set.
+   */
+  hotFiles?: { store: HotFiles, ids?: (mountpoint: string) => BackingIdRecord }
 }
 
 export interface ImageMountStats {
@@ -132,15 +139,17 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
   const view = prepared?.view ?? new ImageView(tree)
   const files = new FileReader(tocs, reader)
   const boundary = new ErrnoBoundary({ log, storeName: reader.storeName, mountpoint })
-  const fuseOptions = { ...DEFAULT_FUSE_OPTIONS, ...options.fuse }
+  const fuseOptions = { ...DEFAULT_FUSE_OPTIONS, ...(options.hotFiles === undefined ? {} : { passthrough: true }), ...options.fuse }
   let backend = chooseBackend(fuseOptions)
   let fuse: FuseMount | undefined
   let serverCounters: () => KernelFuseCounters | undefined = () => undefined
   let adopted = false
   let passthrough: ImageMount['passthrough']
+  let copies: PassthroughFiles | undefined
+  const context = { view, files, boundary, log, onRead: (nodeid: number) => { copies?.read(nodeid) } }
   if (kept !== undefined) {
     try {
-      const kernel = adoptKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, kept, keeper!, prepared)
+      const kernel = adoptKernelFuse(mountpoint, context, fuseOptions, kept, keeper!, prepared)
       serverCounters = kernel.counters
       fuse = kernel
       if (kernel.backings !== undefined) passthrough = { backings: kernel.backings, nodes: kernel.nodes }
@@ -154,12 +163,18 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
     }
   }
   if (fuse === undefined && backend === 'kernel') {
-    const kernel: KernelFuseMount = await mountKernelFuse(mountpoint, { view, files, boundary, log }, fuseOptions, keeper, options.source)
+    const kernel: KernelFuseMount = await mountKernelFuse(mountpoint, context, fuseOptions, keeper, options.source)
     serverCounters = kernel.counters
     fuse = kernel
     if (kernel.backings !== undefined) passthrough = { backings: kernel.backings, nodes: kernel.nodes }
   } else if (fuse === undefined) {
     fuse = await mountFuse(mountpoint, createFuseOps({ view, files, boundary, kernelReadOnly: fuseOptions.readOnly }), fuseOptions)
+  }
+  if (passthrough !== undefined && options.hotFiles !== undefined) {
+    copies = new PassthroughFiles(passthrough, tocs, files, options.hotFiles.store, log, options.hotFiles.ids?.(mountpoint))
+    copies.start(adopted)
+  } else if (options.hotFiles !== undefined && backend === 'kernel' && fuseOptions.passthrough === true) {
+    log(`mount ${mountpoint}: the kernel did not settle FUSE passthrough (Linux 6.9+ with CONFIG_FUSE_PASSTHROUGH): files are read through layerd`)
   }
   const storedBytes = referencedChunkBytes(tocs)
   return {
@@ -178,7 +193,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
       ...boundary.counters,
       mergeConflicts: tree.conflicts.length
     }),
-    unmount: fuse.unmount
+    unmount: async () => { copies?.close(); await fuse!.unmount() }
   }
 }
 

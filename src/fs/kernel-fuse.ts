@@ -58,6 +58,8 @@ export interface KernelFuseContext {
   boundary: ErrnoBoundary
   /** One line per event worth a human's attention. */
   log: LogLine
+  /** Told of every READ's node id (passthrough-files.ts picks files to copy out). Sync; must not throw. */
+  onRead?: (nodeid: number) => void
 }
 
 /** Counters of the server's own threads (requests it answered, by kind). */
@@ -350,6 +352,7 @@ class ReadServer {
     const inode = this.#table.inodes[nodeid]
     if (inode === undefined) { this.#native.fuseServerReplyError(this.server, unique, FUSE_ERRNOS.noEntry); return }
     this.#lastRead.set(nodeid, performance.now())
+    this.#context.onRead?.(nodeid)
     const buf = this.#spare.pop() ?? Buffer.allocUnsafeSlow(Math.max(this.#bufferBytes, size))
     const { files, boundary } = this.#context
     let result: number | Promise<number>

@@ -38,6 +38,8 @@ export class MountChunkReader implements ChunkReader {
     this.#budget = neighbourBudget(fetcher.remoteStore)
   }
 
+  isCached (digest: string): boolean { return this.#isCached(digest) }
+
   getCached (digest: string): Uint8Array | undefined {
     const data = this.#fetcher.getCached(digest, this.stats)
     if (data !== undefined && this.#ahead.size > 0) {
