@@ -193,7 +193,7 @@ export async function mountImage (options: MountImageOptions): Promise<ImageMoun
       ...boundary.counters,
       mergeConflicts: tree.conflicts.length
     }),
-    unmount: async () => { copies?.close(); await fuse!.unmount() }
+    unmount: async () => { await copies?.close(); await fuse!.unmount() }
   }
 }
 

@@ -55,7 +55,7 @@ async function rig (t: Test, opts: { capBytes?: number, passthrough?: boolean } 
   })
   t.teardown(async () => {
     await mount.unmount()
-    await rm(t.testdirName, { recursive: true, force: true })
+    await rm(t.testdirName, { recursive: true, force: true, maxRetries: 5 })
   })
   return { dir, mount, store, cache, files }
 }

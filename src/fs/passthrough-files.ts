@@ -138,15 +138,25 @@ export class PassthroughFiles {
 
   stats (): PassthroughStats { return { backed: this.#backed.size, ...this.#stats } }
 
-  close (): void {
+  /** Stop copying; resolves once a copy in flight has ended, so nothing writes into the store after it. Idempotent. */
+  async close (): Promise<void> {
     this.#closed = true
     if (this.#timer !== undefined) clearTimeout(this.#timer)
     this.#unsubscribe()
+    await this.#draining
   }
+
+  #draining: Promise<void> | undefined
 
   async #drain (): Promise<void> {
     if (this.#copying) return
     this.#copying = true
+    const done = this.#drainAll()
+    this.#draining = done
+    await done
+  }
+
+  async #drainAll (): Promise<void> {
     try {
       while (!this.#closed && this.#candidates.size > 0) {
         const nodeid: number = this.#candidates.values().next().value!
